@@ -1,0 +1,90 @@
+"""The ``syncviz`` command. Each subcommand lives in the module that owns its work and is imported
+only when used, so ``syncviz --help`` is instant and a broken optional part breaks only itself."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from . import __version__
+
+# name -> (module, attribute, one-line help). Order is the order shown in --help.
+COMMANDS = {
+    "trace": ("syncviz.launch", "trace_command", "Run a training script under torchrun and record its gradient sync."),
+    "demo": ("syncviz.workloads", "demo_command", "Trace the built-in GPT workload on CPU ranks and print the summary."),
+    "summary": ("syncviz.summary", "summary_command", "Per-step and per-bucket report of a recorded run."),
+    "compare": ("syncviz.compare", "compare_command", "Compare runs of different strategies on the same model."),
+    "dash": ("syncviz.dashboard.app", "dash_command", "Serve the Dash replay app for runs under a directory."),
+    "export": ("syncviz.export", "export_group", "Export a run to TensorBoard, Perfetto or a self-contained HTML report."),
+    "fit": ("syncviz.costmodel", "fit_command", "Fit the α-β cost model to a run's bucket timings."),
+    "simulate": ("syncviz.simulate", "simulate_command", "Simulate a run at other world sizes, links, bucket caps, strategies."),
+    "advise": ("syncviz.advise", "advise_command", "Recommend a bucket cap (and strategy) for a recorded run."),
+    "sweep": ("syncviz.advise", "sweep_command", "Run the workload at several bucket caps: predicted vs measured."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr, help_ = COMMANDS[name]
+        try:
+            cmd = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            @click.command(name=name, help=f"{help_} (unavailable: {e})",
+                           context_settings={"ignore_unknown_options": True})
+            @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+            def unavailable(args, _e=e):
+                raise click.ClickException(f"'syncviz {name}' is unavailable here: {_e}")
+            return unavailable
+        return cmd
+
+    def format_commands(self, ctx, formatter):
+        # Short help from the table, without importing every module just to print --help.
+        rows = [(n, COMMANDS[n][2]) for n in COMMANDS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="syncviz")
+def cli():
+    """syncviz: a gradient-synchronization profiler and visualizer for PyTorch data parallelism.
+
+    \b
+    Typical use:
+      syncviz demo                                   # trace the built-in model on 2 CPU ranks
+      syncviz trace --nproc-per-node 2 train.py ...  # your own script, unchanged
+      syncviz summary traces/<run>                   # what happened, per step and per bucket
+      syncviz dash traces/                           # replay it in the browser
+    """
+
+
+def main(argv=None):
+    from .trace import TraceError
+    try:
+        cli.main(args=argv, prog_name="syncviz", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("syncviz: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except TraceError as e:
+        click.echo(f"syncviz: error: {e}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("syncviz: interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

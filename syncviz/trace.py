@@ -1,0 +1,328 @@
+"""Write and read syncviz run directories (the format is defined in schema.py).
+
+Writers append one Arrow record batch per step to ``rank-<r>.arrow`` and flush it to the OS, so a
+rank killed mid-run (even with SIGKILL) leaves every completed step readable. Readers never
+pickle or eval; any damage becomes one ``TraceError`` line naming the file and the problem, and
+every complete step before the damage is still returned.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from . import schema as S
+
+# Arrow IPC end-of-stream marker: continuation token + zero length. Its absence means the writer
+# never closed the stream (the rank died or is still running).
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+class TraceError(Exception):
+    """A run directory or file that cannot be read; str() is the one line shown to the user."""
+
+
+# --------------------------------------------------------------------------------------- writing
+
+def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
+    """Replace ``path`` atomically so a reader never sees half a run.json."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def events_to_batch(columns: Mapping[str, Iterable]) -> pa.RecordBatch:
+    """Build a record batch from column-name → values; missing columns get their defaults."""
+    n = None
+    arrays = []
+    for fld in S.EVENT_SCHEMA:
+        vals = columns.get(fld.name)
+        if vals is not None:
+            arr = pa.array(vals, type=fld.type) if not isinstance(vals, pa.Array) else vals
+            n = len(arr) if n is None else n
+            if len(arr) != n:
+                raise ValueError(f"column {fld.name} has {len(arr)} values, expected {n}")
+            arrays.append(arr)
+        else:
+            arrays.append(None)
+    n = n or 0
+    arrays = [a if a is not None else pa.array([S.EVENT_DEFAULTS[f.name]] * n, type=f.type)
+              for a, f in zip(arrays, S.EVENT_SCHEMA)]
+    return pa.RecordBatch.from_arrays(arrays, schema=S.EVENT_SCHEMA)
+
+
+class RankWriter:
+    """Append-only writer of one rank's event stream and bucket layouts."""
+
+    def __init__(self, run_dir: str | os.PathLike, rank: int):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.rank = rank
+        self.path = self.run_dir / S.rank_file(rank)
+        self._sink = pa.OSFile(str(self.path), "wb")
+        schema = S.EVENT_SCHEMA.with_metadata(S.stream_metadata(rank))
+        self._writer = pa.ipc.new_stream(self._sink, schema)
+        self._sink.flush()
+        self._layouts: list[pa.RecordBatch] = []
+        self.steps_written = 0
+        self.closed = False
+
+    def write_step(self, batch: pa.RecordBatch | Mapping[str, Iterable]) -> None:
+        if not isinstance(batch, pa.RecordBatch):
+            batch = events_to_batch(batch)
+        self._writer.write_batch(batch)
+        # Flush to the OS (not fsync): a killed process loses nothing the kernel already has.
+        self._sink.flush()
+        self.steps_written += 1
+
+    def write_layout(self, rows: Mapping[str, Iterable]) -> None:
+        """Add one layout version (bucket → parameters) and rewrite layout-<r>.arrow atomically."""
+        self._layouts.append(pa.RecordBatch.from_pydict(dict(rows), schema=S.LAYOUT_SCHEMA))
+        path = self.run_dir / S.layout_file(self.rank)
+        tmp = path.with_name(f".tmp-{path.name}")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(
+                sink, S.LAYOUT_SCHEMA.with_metadata(S.stream_metadata(self.rank))) as w:
+            for b in self._layouts:
+                w.write_batch(b)
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._writer.close()
+            self._sink.close()
+            self.closed = True
+
+
+# --------------------------------------------------------------------------------------- reading
+
+@dataclass
+class Run:
+    """One run, all ranks, as columnar tables (pandas DataFrames, one row per event)."""
+    path: Path
+    meta: dict
+    events: pd.DataFrame          # EVENT_COLUMNS + "rank"
+    layouts: pd.DataFrame         # LAYOUT_COLUMNS + "rank"
+    problems: list[str] = field(default_factory=list)   # e.g. "rank 1 incomplete: ..."
+    incomplete_ranks: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.path.name
+
+    @property
+    def world_size(self) -> int:
+        return int(self.meta.get("world_size") or (self.events["rank"].max() + 1 if len(self.events) else 0))
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in self.events["rank"].unique()) if len(self.events) else []
+
+
+_RANK_RE = re.compile(r"^rank-(\d+)\.arrow$")
+
+
+def read_meta(run_dir: str | os.PathLike) -> dict:
+    run_dir = Path(run_dir)
+    path = run_dir / S.RUN_FILE
+    if not run_dir.exists():
+        raise TraceError(f"{run_dir}: no such run directory")
+    if not run_dir.is_dir():
+        raise TraceError(f"{run_dir}: not a directory (a run is a directory with run.json)")
+    if not path.exists():
+        raise TraceError(f"{path}: missing (is {run_dir} a syncviz run directory?)")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: corrupt JSON ({e.__class__.__name__}: {e})") from None
+    if not isinstance(meta, dict):
+        raise TraceError(f"{path}: expected a JSON object")
+    try:
+        major = S.parse_version(meta.get("schema", ""))
+    except ValueError:
+        raise TraceError(f"{path}: no syncviz schema version (got {meta.get('schema')!r})") from None
+    if major != S.SCHEMA_MAJOR:
+        raise TraceError(f"{path}: trace schema {meta['schema']} is not supported by this syncviz "
+                         f"(reads {S.SCHEMA_VERSION}); upgrade syncviz")
+    return meta
+
+
+def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch], str | None]:
+    """All complete batches of an IPC stream and a problem description (None when clean)."""
+    size = path.stat().st_size
+    if size == 0:
+        return [], "empty file (the rank wrote nothing)"
+    batches: list[pa.RecordBatch] = []
+    try:
+        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise TraceError(f"{path}: not an Arrow IPC stream ({_short(e)})") from None
+    meta = reader.schema.metadata or {}
+    version = meta.get(b"syncviz.schema", b"").decode(errors="replace")
+    try:
+        major = S.parse_version(version)
+    except ValueError:
+        raise TraceError(f"{path}: not a syncviz stream (no schema version)") from None
+    if major != S.SCHEMA_MAJOR:
+        raise TraceError(f"{path}: trace schema {version} is not supported (reads {S.SCHEMA_VERSION})")
+    problem = None
+    while True:
+        try:
+            batches.append(reader.read_next_batch())
+        except StopIteration:
+            break
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            problem = f"truncated or corrupt after {len(batches)} complete batches ({_short(e)})"
+            break
+    if problem is None:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - len(_EOS)))
+            if f.read() != _EOS:
+                problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
+    return batches, problem
+
+
+def _short(e: Exception) -> str:
+    return str(e).strip().splitlines()[0][:160] if str(e).strip() else e.__class__.__name__
+
+
+def _conform(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
+    """Add columns an older writer lacked (defaults) and cast to the current schema's types."""
+    cols = []
+    for fld in schema:
+        if fld.name in table.column_names:
+            try:
+                cols.append(table.column(fld.name).cast(fld.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise TraceError(f"{path}: column {fld.name} has type "
+                                 f"{table.column(fld.name).type}, expected {fld.type}") from None
+        else:
+            default = S.EVENT_DEFAULTS.get(fld.name)
+            cols.append(pa.array([default] * table.num_rows, type=fld.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def rank_files(run_dir: Path) -> dict[int, Path]:
+    out = {}
+    for p in run_dir.iterdir():
+        m = _RANK_RE.match(p.name)
+        if m:
+            out[int(m.group(1))] = p
+    return dict(sorted(out.items()))
+
+
+def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.Table, list[str], list[int]]:
+    """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks."""
+    files = rank_files(run_dir)
+    if ranks is not None:
+        files = {r: p for r, p in files.items() if r in set(ranks)}
+    tables, problems, incomplete = [], [], []
+    for rank, path in files.items():
+        batches, problem = _read_stream(path, S.EVENT_SCHEMA)
+        if problem:
+            problems.append(f"rank {rank} incomplete: {path.name}: {problem}")
+            incomplete.append(rank)
+        if not batches:
+            continue
+        t = _conform(pa.Table.from_batches(batches), S.EVENT_SCHEMA, path)
+        tables.append(t.append_column("rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32))))
+    if not tables:
+        empty = S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
+        return empty, problems, incomplete
+    return pa.concat_tables(tables), problems, incomplete
+
+
+def load_layouts(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    frames, problems = [], []
+    for p in sorted(run_dir.glob("layout-*.arrow")):
+        m = re.match(r"^layout-(\d+)\.arrow$", p.name)
+        if not m:
+            continue
+        batches, problem = _read_stream(p, S.LAYOUT_SCHEMA)
+        if problem and batches:
+            problems.append(f"{p.name}: {problem}")
+        if batches:
+            df = pa.Table.from_batches(batches).to_pandas()
+            df["rank"] = int(m.group(1))
+            frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=list(S.LAYOUT_COLUMNS) + ["rank"]), problems
+    return pd.concat(frames, ignore_index=True), problems
+
+
+def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> Run:
+    """Read a whole run. Raises TraceError (one line) when nothing usable is there."""
+    run_dir = Path(run_dir)
+    meta = read_meta(run_dir)
+    if not rank_files(run_dir):
+        raise TraceError(f"{run_dir}: no rank-<r>.arrow files (the run recorded nothing)")
+    table, problems, incomplete = load_events(run_dir, ranks)
+    events = table.to_pandas()
+    for col in ("kind", "op", "phase"):
+        events[col] = events[col].astype("category")
+    layouts, lproblems = load_layouts(run_dir)
+    world = meta.get("world_size")
+    if world and ranks is None:
+        missing = sorted(set(range(int(world))) - set(rank_files(run_dir)))
+        if missing:
+            problems.append(f"ranks {missing} wrote no file")
+            incomplete.extend(missing)
+    return Run(path=run_dir, meta=meta, events=events, layouts=layouts,
+               problems=problems + lproblems, incomplete_ranks=sorted(set(incomplete)))
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    return (Path(path) / S.RUN_FILE).is_file()
+
+
+def find_runs(root: str | os.PathLike) -> list[Path]:
+    """Run directories at or below ``root`` (root itself if it is one), sorted by name."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted({p.parent for p in root.rglob(S.RUN_FILE)})
+
+
+def new_meta(name: str, world_size: int, **fields) -> dict:
+    """A run.json dict with the required keys; callers add what they know."""
+    import datetime
+    import uuid
+
+    from . import __version__
+    meta = {"schema": S.SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "name": name,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "world_size": int(world_size), "nodes": 1, "syncviz_version": __version__,
+            "ranks": [], "finished": False}
+    meta.update(fields)
+    return meta
+
+
+def write_run(run_dir: str | os.PathLike, meta: Mapping[str, Any],
+              steps_by_rank: Mapping[int, Iterable[Mapping[str, Iterable]]],
+              layouts_by_rank: Mapping[int, Iterable[Mapping[str, Iterable]]] | None = None) -> Path:
+    """Write a whole run at once (simulator, synthetic fixtures): per rank, a list of per-step
+    column dicts (or record batches) and optionally layout versions."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for rank, steps in steps_by_rank.items():
+        w = RankWriter(run_dir, rank)
+        for step in steps:
+            w.write_step(step)
+        for layout in (layouts_by_rank or {}).get(rank, []):
+            w.write_layout(layout)
+        w.close()
+    meta = dict(meta)
+    meta.setdefault("finished", True)
+    write_json_atomic(run_dir / S.RUN_FILE, meta)
+    return run_dir
