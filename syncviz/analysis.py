@@ -388,3 +388,72 @@ def verdict(s: dict) -> str:
 
 def _ms(ns) -> float:
     return float(ns) / 1e6 if ns == ns else float("nan")
+
+
+# ------------------------------------------------------------- tables across ranks (exports)
+
+def step_table(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """One row per step, across ranks: mean of each per-rank time (ns) and of bytes, the slowest
+    rank's step time, overlap % and compute/comm ratio over the summed ranks (as run_summary
+    weighs them), and the median busbw (GB/s) of that step's comm events."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    steps = step_metrics(ev)
+    cols = ["step", "ranks", "step_ns", "step_max_ns", "forward_ns", "backward_ns", "optimizer_ns",
+            "compute_ns", "comm_busy_ns", "overlapped_ns", "exposed_ns", "overlap_pct",
+            "compute_comm_ratio", "bytes", "busbw_gbps"]
+    if not len(steps):
+        return pd.DataFrame(columns=cols)
+    g = steps.groupby("step", sort=True)
+    means = ["step_ns", "forward_ns", "backward_ns", "optimizer_ns", "compute_ns", "comm_busy_ns",
+             "overlapped_ns", "exposed_ns", "bytes"]
+    out = g[means].mean()
+    out["ranks"] = g["rank"].nunique()
+    out["step_max_ns"] = g["step_ns"].max()
+    sums = g[["overlapped_ns", "comm_busy_ns", "forward_ns", "backward_ns", "optimizer_ns"]].sum()
+    busy = sums["comm_busy_ns"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["overlap_pct"] = np.where(busy > 0, 100.0 * sums["overlapped_ns"] / busy, np.nan)
+        phases = (sums["forward_ns"] + sums["backward_ns"] + sums["optimizer_ns"]).to_numpy(dtype=float)
+        out["compute_comm_ratio"] = np.where(busy > 0, phases / busy, np.inf)
+    comm = comm_metrics(ev, kinds=S.COMM_KINDS)
+    out["busbw_gbps"] = comm.groupby("step")["busbw_gbps"].median() if len(comm) else np.nan
+    return out.reset_index()[cols]
+
+
+def bucket_table(run_or_events: Run | pd.DataFrame, headline: bool = True) -> pd.DataFrame:
+    """One row per bucket (over ranks and, by default, headline steps): op, bytes, count, and the
+    median duration, launch delay, exposed time (ns) and busbw (GB/s)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    b = bucket_metrics(ev)
+    cols = ["bucket", "op", "bytes", "count", "duration_ns", "launch_delay_ns", "exposed_ns", "busbw_gbps"]
+    if not len(b):
+        return pd.DataFrame(columns=cols)
+    if headline and b["step"].nunique() > 1:
+        b = b[b["step"] > b["step"].min()]
+    out = b.groupby("bucket", sort=True).agg(
+        op=("op", "first"), bytes=("bytes", "max"), count=("duration_ns", "size"),
+        duration_ns=("duration_ns", "median"), launch_delay_ns=("launch_delay_ns", "median"),
+        exposed_ns=("exposed_ns", "median"), busbw_gbps=("busbw_gbps", "median"))
+    return out.reset_index()[cols]
+
+
+def bytes_in_flight(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Per rank, the bytes of communication in flight as a step function: rows (rank, t_ns, bytes)
+    where ``bytes`` holds from t_ns until the rank's next row. Counts the same events as
+    step_metrics' bytes (every bucket, plus collectives not issued inside a bucket's hook)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    comm = comm_rows(ev)
+    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
+    if not len(wire):
+        return pd.DataFrame({"rank": pd.Series(dtype=int), "t_ns": pd.Series(dtype=np.int64),
+                             "bytes": pd.Series(dtype=np.int64)})
+    r = wire["rank"].to_numpy()
+    nb = wire["bytes"].to_numpy(dtype=np.int64)
+    changes = pd.DataFrame({"rank": np.r_[r, r],
+                            "t_ns": np.r_[wire["start_ns"].to_numpy(), wire["end_ns"].to_numpy()],
+                            "delta": np.r_[nb, -nb]})
+    # Sum changes at the same instant first, so a collective ending exactly when the next starts
+    # does not show a spurious dip or peak.
+    changes = changes.groupby(["rank", "t_ns"], sort=True)["delta"].sum().reset_index()
+    changes["bytes"] = changes.groupby("rank")["delta"].cumsum().astype(np.int64)
+    return changes[["rank", "t_ns", "bytes"]].reset_index(drop=True)
