@@ -13,6 +13,7 @@ Distributed views work with ``tensorboard --logdir <run>/profiler``.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path
 
