@@ -457,3 +457,121 @@ def bytes_in_flight(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     changes = changes.groupby(["rank", "t_ns"], sort=True)["delta"].sum().reset_index()
     changes["bytes"] = changes.groupby("rank")["delta"].cumsum().astype(np.int64)
     return changes[["rank", "t_ns", "bytes"]].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------ tables for views (dashboard)
+# Small pure functions the dashboard draws from, so that the views compute nothing themselves.
+
+def exposed_intervals(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Where comm is exposed: per (rank, step), the disjoint intervals of ∪comm minus ∪compute.
+    Their lengths sum to step_metrics' exposed_ns."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    comp, comm = compute_intervals(ev), comm_rows(ev)
+    cols = ["rank", "step", "start_ns", "end_ns"]
+    if not len(comm):
+        return pd.DataFrame(columns=cols)
+    idx, (cc, mc), _, _ = _groups(comp, comm)
+    cg, cs, ce = merge_intervals(cc, comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy())
+    mg, ms, me = merge_intervals(mc, comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
+    # Sweep the boundaries of both unions; between consecutive boundaries of a group the state is
+    # constant, and a piece is exposed where comm is on and compute is off.
+    g = np.r_[mg, mg, cg, cg]
+    t = np.r_[ms, me, cs, ce]
+    d_comm = np.r_[np.ones(len(mg)), -np.ones(len(mg)), np.zeros(2 * len(cg))]
+    d_comp = np.r_[np.zeros(2 * len(mg)), np.ones(len(cg)), -np.ones(len(cg))]
+    order = np.lexsort((t, g))
+    g, t = g[order], t[order]
+    on_comm, on_comp = np.cumsum(d_comm[order]) > 0, np.cumsum(d_comp[order]) > 0
+    keep = np.r_[(g[1:] == g[:-1]) & (t[1:] > t[:-1]) & on_comm[:-1] & ~on_comp[:-1], False]
+    pg, ps, pe = merge_intervals(g[keep], t[keep], t[np.flatnonzero(keep) + 1])
+    return pd.DataFrame({"rank": idx.get_level_values(0)[pg].astype(int),
+                         "step": idx.get_level_values(1)[pg].astype(int),
+                         "start_ns": ps, "end_ns": pe})
+
+
+def launch_lateness(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Per bucket row: how late this rank launched it (launch − earliest launch of the same
+    (step, micro, bucket) among ranks, ns). rank_step_skew is its mean per (rank, step)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    rows = comm_rows(ev)
+    rows = rows[rows["kind"] == S.BUCKET][["rank", "step", "micro", "bucket", "launch_ns"]]
+    first = rows.groupby(["step", "micro", "bucket"], observed=True)["launch_ns"].transform("min")
+    return rows.assign(late_ns=rows["launch_ns"] - first).reset_index(drop=True)
+
+
+def rank_lanes(run_or_events: Run | pd.DataFrame, stats=("min", "median", "max")) -> pd.DataFrame:
+    """Events-like table of quantile lanes: for each (step, micro, kind, bucket, name) the min /
+    median / max over ranks of start, end, ready and launch; ``rank`` holds the index in ``stats``.
+    Analysis functions accept it like real events (one "rank" per statistic)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    ev = ev[ev["kind"].isin(S.COMPUTE_KINDS + S.COMM_KINDS + (S.STEP,))]
+    keys = ["step", "micro", "kind", "bucket", "name", "op", "layout"]
+    times = ["start_ns", "end_ns", "ready_ns", "launch_ns"]
+    g = ev.groupby(keys, observed=True, sort=False)
+    first = g[["bytes", "logical_bytes", "dtype", "group_size", "phase"]].first()
+    frames = []
+    for i, stat in enumerate(stats):
+        f = g[times].agg(stat).round().astype(np.int64).join(first).reset_index()
+        f["rank"] = i
+        frames.append(f)
+    out = pd.concat(frames, ignore_index=True)
+    out["kind"] = out["kind"].astype(str)
+    return out
+
+
+def quantiles(table: pd.DataFrame, by: str, value: str, qs=(0.0, 0.25, 0.5, 0.75, 1.0)) -> pd.DataFrame:
+    """Distribution of ``value`` per ``by`` (index) as columns q0, q25, ..., plus mean and count."""
+    t = table[[by, value]].dropna()
+    g = t.groupby(by, sort=True)[value]
+    out = pd.concat({f"q{round(q * 100)}": g.quantile(q) for q in qs}, axis=1)
+    return out.assign(mean=g.mean(), count=g.size())
+
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+             "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def bucket_map(layouts: pd.DataFrame) -> pd.DataFrame:
+    """Bucket contents per layout version (one rank's layouts): byte range of every parameter inside
+    its bucket and whether DDP's rebuild moved it to another bucket."""
+    if not len(layouts):
+        return pd.DataFrame(columns=["layout", "bucket", "param", "param_index", "numel", "dtype",
+                                     "bytes", "start_byte", "moved"])
+    lay = layouts[layouts["rank"] == layouts["rank"].min()] if "rank" in layouts else layouts
+    lay = lay.sort_values(["layout", "bucket", "offset"]).reset_index(drop=True)
+    itemsize = lay["dtype"].astype(str).str.replace("torch.", "", regex=False).map(_ITEMSIZE).fillna(4)
+    lay["bytes"] = lay["numel"] * itemsize
+    lay["start_byte"] = lay["offset"] * itemsize
+    home = lay[lay["layout"] == lay["layout"].min()].set_index("param")["bucket"]
+    lay["moved"] = lay["param"].map(home).fillna(-1).astype(int) != lay["bucket"]
+    return lay
+
+
+def op_bytes_per_step(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Bytes on the wire per step and rank by collective op (mean over ranks and headline steps);
+    counted like step_metrics' bytes (bucket rows + collectives not issued inside a bucket hook)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    comm = comm_rows(ev)
+    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
+    if not len(wire):
+        return pd.DataFrame(columns=["op", "bytes_per_step", "count_per_step"])
+    steps = sorted(wire["step"].unique())
+    if len(steps) > 1:
+        wire = wire[wire["step"] > steps[0]]
+    n = wire.groupby(["rank", "step"]).ngroups
+    g = wire.assign(op=wire["op"].astype(str)).groupby("op")
+    return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n,
+                         "count_per_step": g.size() / n}).reset_index()
+
+
+def time_split(steps: pd.DataFrame) -> dict:
+    """Mean headline step split into compute only, overlapped comm, exposed comm and other (idle,
+    data loading...), in ms; the parts add up to the mean step time."""
+    h = headline_steps(steps) if len(steps) else steps
+    if not len(h):
+        return {k: float("nan") for k in ("step_ms", "compute_only_ms", "overlapped_ms", "exposed_ms", "other_ms")}
+    m = h[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].mean()
+    other = max(0.0, m["step_ns"] - m["compute_ns"] - m["exposed_ns"])
+    return {"step_ms": _ms(m["step_ns"]), "compute_only_ms": _ms(m["compute_ns"] - m["overlapped_ns"]),
+            "overlapped_ms": _ms(m["overlapped_ns"]), "exposed_ms": _ms(m["exposed_ns"]),
+            "other_ms": _ms(other)}

@@ -1,0 +1,602 @@
+"""Recording inside each rank: hooks that time DDP's gradient buckets, forward, backward and the
+optimizer, buffered per step and flushed to the rank's Arrow stream at step boundaries.
+
+Rules (DESIGN.md): a hook only appends a tuple to a list (no device sync, no I/O, no allocation
+of tensors); everything else happens at the step boundary (optimizer post-step hook). Tracing
+never changes a bit of the training result: the default bucket hook is torch's own all-reduce
+hook (divide by world size, then all-reduce), which is bitwise what DDP's C++ default does.
+
+Use from code (ranks launched yourself)::
+
+    with syncviz.tracing("traces/myrun"):      # every DDP model built inside is instrumented
+        ...
+    # or
+    model = syncviz.instrument(DDP(net))       # starts a recorder in ./traces/<auto> if none
+
+``syncviz trace`` does the same through syncviz.bootstrap before the user's script runs.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.distributed as dist
+
+from . import __version__
+from . import clock
+from . import schema as S
+from .trace import RankWriter, new_meta, write_json_atomic
+
+_ACTIVE: "Recorder | None" = None
+
+
+def get_recorder() -> "Recorder | None":
+    """The recorder of this process, if tracing is on (other modules add events through it)."""
+    return _ACTIVE
+
+
+class StepSelection:
+    """Which optimizer steps to keep: 'all', 'A:B' (inclusive A, exclusive B), or 'N,M,...'."""
+
+    def __init__(self, spec: str | None = None):
+        self.spec = (spec or "all").strip()
+        self._range = None
+        self._set = None
+        if self.spec in ("all", ""):
+            return
+        try:
+            if ":" in self.spec:
+                a, b = self.spec.split(":", 1)
+                self._range = (int(a) if a else 0, int(b) if b else None)
+            else:
+                self._set = {int(x) for x in self.spec.split(",") if x.strip()}
+        except ValueError:
+            raise ValueError(f"bad step selection {spec!r}: use 'all', 'A:B' or 'N,M,...'") from None
+
+    def __contains__(self, step: int) -> bool:
+        if self._range:
+            a, b = self._range
+            return step >= a and (b is None or step < b)
+        if self._set is not None:
+            return step in self._set
+        return True
+
+    def done_after(self, step: int) -> bool:
+        return bool(self._range and self._range[1] is not None and step + 1 >= self._range[1])
+
+
+class _BucketHook:
+    """DDP comm hook that times whatever hook is in force (torch's default all-reduce until the
+    user registers one). It is registered once, at DDP construction; a user's later
+    register_comm_hook swaps the target, so the user's hook, or a built-in one, is timed too."""
+
+    def __init__(self, rec: "Recorder", ddp: torch.nn.Module, name: str = "allreduce"):
+        self.rec, self.ddp = rec, ddp
+        self.target: Callable | None = None
+        self.state: Any = None
+        self.name = name
+        self.user_registered = False
+
+    def __call__(self, state, bucket):  # DDP requires the parameter to be named `bucket`
+        rec = self.rec
+        launch = rec.now()
+        buf = bucket.buffer()
+        index = bucket.index()
+        layout = 1 if getattr(self.ddp, "_has_rebuilt_buckets", False) else 0
+        if (layout, index) not in rec._layouts_seen:
+            rec._note_layout(self.ddp, layout, index, bucket.parameters())
+        record = [index, layout, launch, -1, buf.numel() * buf.element_size(), buf.dtype, self.name,
+                  rec.micro, len(rec._collectives)]
+        rec._buckets.append(record)
+        rec._in_bucket = index
+        try:
+            with rec.profile_range(index, buf):
+                if self.target is None:
+                    # torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook, inlined
+                    pg = self.ddp.process_group
+                    buf.div_(pg.size())
+                    fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
+                    unwrap = True
+                else:
+                    fut = self.target(self.state, bucket)
+                    unwrap = False
+        finally:
+            rec._in_bucket = -1
+
+        def done(f, record=record, unwrap=unwrap):
+            record[3] = rec.now()
+            v = f.value()
+            return v[0] if unwrap else v
+
+        return fut.then(done)
+
+
+class Recorder:
+    """One per rank. Collects events of the current step in plain lists; flush() writes them."""
+
+    def __init__(self, run_dir: str | os.PathLike, *, rank: int | None = None,
+                 world_size: int | None = None, name: str | None = None,
+                 steps: str | None = None, command: list[str] | None = None,
+                 strategy: str | None = None, engine: str = "torch", profiler=None):
+        self.run_dir = Path(run_dir)
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self.world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+        self.selection = StepSelection(steps)
+        self.name = name or self.run_dir.name
+        self.command = command
+        self.strategy = strategy
+        self.engine = engine
+        self.profiler = profiler
+        self.writer = RankWriter(self.run_dir, self.rank)
+        self.meta_extra: dict[str, Any] = {}
+        # clock: aligned = local + offset − t0 (t0 = rank 0's clock when alignment happened)
+        self.offset_ns, self.error_ns, self.t0 = 0, 0, clock.local_ns()
+        self.offset_end = None
+        self.group = None
+        # current step state
+        self.step = 0
+        self.micro = -1
+        self._events: list[tuple] = []          # (kind, name, start, end, micro, extra-dict|None)
+        self._ready: list[tuple[int, int, int]] = []     # (param_index, t, micro)
+        self._buckets: list[list] = []
+        self._collectives: list[list] = []      # filled by syncviz.collectives (issue 3)
+        self._bwd_start: dict[int, int] = {}    # micro → t
+        self._in_bucket = -1
+        self._opt_depth = 0
+        self._opt_stack: list[tuple[int, str]] = []
+        self._step_start = None
+        self._layouts_seen: set[tuple[int, int]] = set()
+        self._layout_rows: dict[int, dict[str, list]] = {}
+        self._written_layouts: dict[int, dict[str, list]] = {}
+        self._param_index: dict[int, tuple[int, str]] = {}    # id(param) → (index, name)
+        self._ddps: list[torch.nn.Module] = []
+        self._hook_handles: list = []
+        self._lock = threading.Lock()
+        self.closed = False
+        self._last_meta_write = 0.0
+        self._install_optimizer_hooks()
+
+    # ---------------------------------------------------------------- clock and process group
+    def now(self) -> int:
+        return clock.local_ns() + self.offset_ns - self.t0
+
+    def attach_process_group(self, group=None) -> None:
+        """Align clocks with rank 0 and write run.json. Collective: every rank calls it, right
+        after init_process_group. Uses a gloo group (created when the default backend is not gloo)."""
+        if not dist.is_available() or not dist.is_initialized():
+            return
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        if group is None and dist.get_backend() != "gloo":
+            group = dist.new_group(backend="gloo")
+        self.group = group
+        old_base = self.offset_ns - self.t0
+        self.offset_ns, self.error_ns = clock.estimate_offsets(group)
+        # rank 0's clock now (in rank 0's clock) is the run's zero on every rank
+        self.t0 = clock.broadcast_int(clock.local_ns(), group)
+        if self._events:   # re-base what was recorded before alignment (usually nothing)
+            self._rebase(self.offset_ns - self.t0 - old_base)
+        info = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
+                "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
+                "node": int(os.environ.get("GROUP_RANK", 0)),
+                "clock_offset_ns": self.offset_ns, "clock_error_ns": self.error_ns}
+        infos = [None] * self.world_size
+        dist.all_gather_object(infos, info, group=group)
+        self.meta_extra["ranks"] = infos
+        self.meta_extra["backend"] = dist.get_backend()
+        self.meta_extra["nodes"] = len({i["node"] for i in infos})
+        self.write_meta()
+
+    def _rebase(self, delta: int) -> None:
+        self._events = [(k, n, s + delta, e + delta, m, x) for k, n, s, e, m, x in self._events]
+
+    def measure_drift(self) -> None:
+        """End-of-run exchange (collective): how far the offsets moved during the run."""
+        if self.group is None and not (dist.is_available() and dist.is_initialized()):
+            return
+        try:
+            off, err = clock.estimate_offsets(self.group)
+            infos = [None] * self.world_size
+            dist.all_gather_object(infos, {"rank": self.rank, "clock_offset_end_ns": off,
+                                           "clock_error_end_ns": err}, group=self.group)
+            for i in infos:
+                for r in self.meta_extra.get("ranks", []):
+                    if r["rank"] == i["rank"]:
+                        r.update(i)
+        except Exception:  # a peer already gone: the start offsets stand
+            pass
+
+    # ---------------------------------------------------------------------- run.json (rank 0)
+    def write_meta(self, finished: bool = False) -> None:
+        if self.rank != 0:
+            return
+        meta = new_meta(self.name, self.world_size, command=self.command, backend=None,
+                        device="cpu", strategy=self.strategy or "ddp", engine=self.engine,
+                        torch_version=torch.__version__, syncviz_version=__version__)
+        path = self.run_dir / S.RUN_FILE
+        if path.exists():   # keep run_id/created of the first write
+            import json
+            with contextlib.suppress(Exception):
+                old = json.loads(path.read_text())
+                meta["run_id"], meta["created"] = old["run_id"], old["created"]
+        meta.update(self.meta_extra)
+        meta["steps_recorded"] = self.writer.steps_written
+        meta["finished"] = finished
+        write_json_atomic(path, meta)
+        self._last_meta_write = time.monotonic()
+
+    # ------------------------------------------------------------------------- DDP
+    def instrument_ddp(self, ddp: torch.nn.Module) -> torch.nn.Module:
+        if getattr(ddp, "_syncviz_hook", None) is not None:
+            return ddp
+        self._ddps.append(ddp)
+        params = [p for p in ddp.module.parameters()]
+        names = {id(p): n for n, p in ddp.module.named_parameters()}
+        for i, p in enumerate(params):
+            self._param_index[id(p)] = (i, names.get(id(p), f"param{i}"))
+            if p.requires_grad:
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
+        self._hook_handles.append(ddp.register_forward_pre_hook(self._forward_pre))
+        self._hook_handles.append(ddp.register_forward_hook(self._forward_post))
+        hook = _BucketHook(self, ddp)
+        ddp._syncviz_hook = hook
+
+        def syncviz_timed_hook(state, bucket):   # DDP checks the name `bucket` and __name__
+            return hook(state, bucket)
+
+        _orig_register = ddp.register_comm_hook
+        ddp.register_comm_hook(state=None, hook=syncviz_timed_hook)
+
+        def register_comm_hook(state, hook_fn, _ddp=ddp):
+            # the user's hook becomes the target of ours; DDP's "only once" rule still holds
+            h = _ddp._syncviz_hook
+            if h.user_registered:
+                raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
+            _ddp._check_comm_hook(hook_fn)
+            h.target, h.state, h.user_registered = hook_fn, state, True
+            h.name = getattr(hook_fn, "__qualname__", getattr(hook_fn, "__name__", "hook"))
+            _ddp.logger._set_comm_hook_name(h.name)
+            _ddp._comm_hooks[-1] = (hook_fn, state)
+            self._ddp_meta(_ddp)
+
+        def register_builtin_comm_hook(comm_hook_type, _ddp=ddp):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as dh
+            kind = str(comm_hook_type).split(".")[-1]
+            fn = {"ALLREDUCE": dh.allreduce_hook, "FP16_COMPRESS": dh.fp16_compress_hook}.get(kind)
+            if fn is None:
+                raise RuntimeError(f"syncviz cannot time built-in comm hook {comm_hook_type}")
+            register_comm_hook(_ddp.process_group, fn)
+
+        def register_comm_hook_kw(state, hook):  # keep torch's keyword name
+            return register_comm_hook(state, hook)
+
+        ddp.register_comm_hook = register_comm_hook_kw
+        ddp._register_builtin_comm_hook = register_builtin_comm_hook
+        del _orig_register
+        self._ddp_meta(ddp)
+        return ddp
+
+    def _ddp_meta(self, ddp) -> None:
+        params = list(ddp.module.parameters())
+        nbytes = sum(p.numel() * p.element_size() for p in params)
+        self.meta_extra["model"] = {
+            "name": type(ddp.module).__name__, "params": sum(p.numel() for p in params),
+            "bytes": nbytes,
+            "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad)}
+        self.meta_extra["device"] = params[0].device.type if params else "cpu"
+        hook = ddp._syncviz_hook
+        self.meta_extra["ddp"] = {
+            "bucket_cap_mb": getattr(ddp, "bucket_bytes_cap", 0) / (1024 * 1024),
+            "first_bucket_cap_mb": _first_bucket_mb(ddp),
+            "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+            "static_graph": bool(getattr(ddp, "static_graph", False)),
+            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
+            "comm_hook": hook.name if hook.user_registered else "default (allreduce, 1/N)"}
+        self.write_meta()
+
+    def _note_layout(self, ddp, layout: int, index: int, params) -> None:
+        """First sight of a bucket in a layout version: remember which parameters it holds."""
+        self._layouts_seen.add((layout, index))
+        rows = self._layout_rows.setdefault(layout, {c: [] for c in S.LAYOUT_COLUMNS})
+        offset = 0
+        for p in params:
+            i, name = self._param_index.get(id(p), (-1, "?"))
+            for c, v in zip(S.LAYOUT_COLUMNS, (layout, index, name, i, p.numel(), offset, _dt(p.dtype))):
+                rows[c].append(v)
+            offset += p.numel()
+
+    # ------------------------------------------------------------------------- hooks
+    def _grad_hook(self, index: int):
+        ready = self._ready
+
+        def hook(p, _i=index):
+            ready.append((_i, clock.local_ns(), self.micro))
+        return hook
+
+    def _forward_pre(self, module, args):
+        t = self.now()
+        if self._step_start is None:
+            self._step_start = t
+        self.micro += 1
+        self._fwd_start = t
+
+    def _forward_post(self, module, args, output):
+        t = self.now()
+        self._events.append((S.FORWARD, "forward", self._fwd_start, t, self.micro, None))
+        if torch.is_grad_enabled():
+            micro = self.micro
+            for tensor in _tensors(output):
+                if tensor.grad_fn is not None:
+                    tensor.grad_fn.register_prehook(self._backward_start(micro))
+
+    def _backward_start(self, micro: int):
+        def prehook(grad_outputs):
+            if micro not in self._bwd_start:
+                t = self.now()
+                self._bwd_start[micro] = t
+                torch.autograd.Variable._execution_engine.queue_callback(
+                    lambda: self._events.append((S.BACKWARD, "backward", t, self.now(), micro, None)))
+        return prehook
+
+    def _install_optimizer_hooks(self) -> None:
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+        self._opt_handles = [register_optimizer_step_pre_hook(self._opt_pre),
+                             register_optimizer_step_post_hook(self._opt_post)]
+
+    def _opt_pre(self, opt, args, kwargs):
+        self._opt_stack.append((self.now(), type(opt).__name__))
+
+    def _opt_post(self, opt, args, kwargs):
+        if not self._opt_stack:
+            return
+        start, name = self._opt_stack.pop()
+        self._events.append((S.OPTIMIZER, name, start, self.now(), self.micro,
+                             {"layout": len(self._opt_stack)}))   # nesting depth (ZeRO wraps Adam)
+        if not self._opt_stack:
+            self.end_step()
+
+    # ------------------------------------------------------------------------- profiling
+    def profile_range(self, index: int, buf):
+        if self.profiler is None:
+            return contextlib.nullcontext()
+        mb = buf.numel() * buf.element_size() / 1e6
+        return torch.profiler.record_function(f"bucket {index} all_reduce {mb:.1f} MB")
+
+    # ------------------------------------------------------------------------- flush
+    def end_step(self) -> None:
+        """Step boundary: turn this step's raw records into one record batch and write it."""
+        step = self.step
+        if step in self.selection:
+            self.writer.write_step(self._build_batch(step))
+            if self.rank == 0 and time.monotonic() - self._last_meta_write > 0.5:
+                self.write_meta()
+        self._reset_step()
+        self.step += 1
+        if self.profiler is not None:
+            self.profiler.on_step_end(step)
+
+    def _reset_step(self):
+        self._events.clear()
+        self._ready.clear()
+        self._buckets.clear()
+        self._collectives.clear()
+        self._bwd_start.clear()
+        self._step_start = None
+        self.micro = -1
+
+    def _build_batch(self, step: int) -> dict[str, list]:
+        base = self.offset_ns - self.t0
+        cols = {c: [] for c in S.EVENT_COLUMNS}
+
+        def add(kind, name, start, end, micro=0, bucket=-1, op="", nbytes=0, dtype="", group_size=0,
+                ready=-1, launch=-1, phase="", layout=-1, logical=0):
+            for c, v in zip(S.EVENT_COLUMNS, (step, micro, kind, name, start, end, bucket, op, nbytes,
+                                              dtype, group_size, ready, launch, phase, layout, logical)):
+                cols[c].append(v)
+
+        phases = []   # (start, end, phase) for phase lookup
+        for kind, name, s, e, micro, extra in self._events:
+            add(kind, name, s, e, micro=max(micro, 0), layout=(extra or {}).get("layout", -1))
+            phases.append((s, e, kind))
+        ready_by = {}
+        for i, t, micro in self._ready:
+            t = t + base
+            name = self._param_name(i)
+            add(S.GRAD_READY, name, t, t, micro=max(micro, 0))
+            key = (micro, i)
+            ready_by[key] = max(ready_by.get(key, -1), t)
+        group = self.world_size
+        for index, layout, launch, done, nbytes, dtype, hook_name, micro, _ in self._buckets:
+            pidx = self._bucket_params(layout, index)
+            ready = max((ready_by.get((micro, i), -1) for i in pidx), default=-1)
+            add(S.BUCKET, hook_name, launch, done, micro=max(micro, 0), bucket=index, op="all_reduce",
+                nbytes=nbytes, dtype=_dt(dtype), group_size=group, ready=ready, launch=launch,
+                phase=_phase(launch, phases), layout=layout, logical=nbytes)
+        for row in self._collectives:   # rows appended by syncviz.collectives, already in column order
+            rec = dict(zip(S.EVENT_COLUMNS, row))
+            rec["step"] = step
+            rec["phase"] = rec["phase"] or _phase(rec["launch_ns"], phases)
+            for c in S.EVENT_COLUMNS:
+                cols[c].append(rec[c])
+        starts = [s for s in cols["start_ns"] if s >= 0]
+        ends = cols["end_ns"]
+        if starts:
+            add(S.STEP, "step", self._step_start if self._step_start is not None else min(starts),
+                max(ends), micro=0)
+        if self._layout_rows:
+            self._flush_layouts()
+        return cols
+
+    def _param_name(self, i: int) -> str:
+        if not hasattr(self, "_names_by_index"):
+            self._names_by_index = {}
+        if len(self._names_by_index) != len(self._param_index):
+            self._names_by_index = {idx: n for idx, n in self._param_index.values()}
+        return self._names_by_index.get(i, f"param{i}")
+
+    def _bucket_params(self, layout: int, index: int) -> list[int]:
+        cache = self.__dict__.setdefault("_bucket_param_cache", {})
+        key = (layout, index)
+        if key not in cache:
+            rows = self._layout_rows.get(layout) or self._written_layouts.get(layout, {})
+            cache[key] = [pi for b, pi in zip(rows.get("bucket", []), rows.get("param_index", [])) if b == index]
+        return cache[key]
+
+    def _flush_layouts(self) -> None:
+        # A layout version is written once all its buckets have been seen (end of a step).
+        for layout, rows in sorted(self._layout_rows.items()):
+            self.writer.write_layout(rows)
+            self._written_layouts[layout] = rows
+        self._layout_rows = {}
+
+    # ------------------------------------------------------------------------- lifecycle
+    def close(self, finished: bool = True) -> None:
+        """Write what is complete and close the stream. A step still open is dropped."""
+        global _ACTIVE
+        if self.closed:
+            return
+        self.closed = True
+        if self._layout_rows:
+            self._flush_layouts()
+        self.writer.close()
+        for h in self._hook_handles + getattr(self, "_opt_handles", []):
+            with contextlib.suppress(Exception):
+                h.remove()
+        if self.profiler is not None:
+            with contextlib.suppress(Exception):
+                self.profiler.close()
+        self.write_meta(finished=finished)
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _phase(t: int, phases: list[tuple[int, int, str]]) -> str:
+    for s, e, kind in phases:
+        if s <= t <= e and kind in (S.FORWARD, S.BACKWARD, S.OPTIMIZER):
+            return kind
+    return "other"
+
+
+def _dt(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _first_bucket_mb(ddp) -> float:
+    cfg = getattr(ddp, "_bucket_config", None)
+    nbytes = getattr(cfg, "first_bucket_bytes_cap", None)
+    if nbytes is None:
+        nbytes = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
+    return float(nbytes) / (1024 * 1024)
+
+
+def _tensors(obj) -> Iterable[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _tensors(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _tensors(o)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for k in obj.__dataclass_fields__:
+            yield from _tensors(getattr(obj, k))
+
+
+# ------------------------------------------------------------------------ public entry points
+
+_DDP_PATCHED = False
+
+
+def start(run_dir: str | os.PathLike, **kwargs) -> Recorder:
+    """Start this process's recorder (one per process) and hook torch so that DDP models and
+    process groups created from now on are instrumented."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        return _ACTIVE
+    _ACTIVE = Recorder(run_dir, **kwargs)
+    _patch_torch()
+    atexit.register(_close_at_exit)
+    if dist.is_available() and dist.is_initialized():
+        _ACTIVE.attach_process_group()
+    return _ACTIVE
+
+
+def _close_at_exit():
+    if _ACTIVE is not None:
+        _ACTIVE.close(finished=True)
+
+
+def _patch_torch() -> None:
+    """Instrument DDP at construction and align clocks when the process group comes up."""
+    global _DDP_PATCHED
+    if _DDP_PATCHED:
+        return
+    _DDP_PATCHED = True
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    orig_init = DDP.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        if _ACTIVE is not None and not _ACTIVE.closed:
+            _ACTIVE.instrument_ddp(self)
+
+    DDP.__init__ = __init__
+    orig_ipg = dist.init_process_group
+
+    def init_process_group(*args, **kwargs):
+        if kwargs.get("backend") is None and not args and os.environ.get("SYNCVIZ_BACKEND"):
+            kwargs["backend"] = os.environ["SYNCVIZ_BACKEND"]
+        out = orig_ipg(*args, **kwargs)
+        if _ACTIVE is not None and not _ACTIVE.closed:
+            _ACTIVE.attach_process_group()
+        return out
+
+    dist.init_process_group = init_process_group
+    torch.distributed.distributed_c10d.init_process_group = init_process_group
+    orig_destroy = dist.destroy_process_group
+
+    def destroy_process_group(group=None):
+        if _ACTIVE is not None and not _ACTIVE.closed and group is None:
+            _ACTIVE.measure_drift()
+            _ACTIVE.close(finished=True)
+        return orig_destroy(group)
+
+    dist.destroy_process_group = destroy_process_group
+
+
+def instrument(model: torch.nn.Module, out: str | os.PathLike | None = None, **kwargs) -> torch.nn.Module:
+    """Instrument an existing DDP model (starting a recorder if none is active). Returns it."""
+    rec = _ACTIVE or start(out or _default_out(), **kwargs)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if isinstance(model, DDP):
+        rec.instrument_ddp(model)
+    return model
+
+
+@contextlib.contextmanager
+def tracing(out: str | os.PathLike | None = None, **kwargs):
+    """Record every DDP model and collective created inside the block; closes the run at exit."""
+    rec = start(out or _default_out(), **kwargs)
+    try:
+        yield rec
+    except BaseException:
+        rec.close(finished=False)
+        raise
+    else:
+        rec.close(finished=True)
+
+
+def _default_out() -> str:
+    name = os.environ.get("SYNCVIZ_RUN_NAME") or time.strftime("run-%Y%m%d-%H%M%S")
+    return os.path.join("traces", name)
