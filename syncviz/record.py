@@ -186,10 +186,13 @@ class Recorder:
         info = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
                 "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
                 "node": int(os.environ.get("GROUP_RANK", 0)),
-                "clock_offset_ns": self.offset_ns, "clock_error_ns": self.error_ns}
+                "clock_offset_ns": self.offset_ns, "clock_error_ns": self.error_ns,
+                # lets other tools' wall-clock timestamps (torch.profiler) be put on our clock
+                "realtime_minus_clock_ns": time.time_ns() - clock.local_ns()}
         infos = [None] * self.world_size
         dist.all_gather_object(infos, info, group=group)
         self.meta_extra["ranks"] = infos
+        self.meta_extra["clock_zero_ns"] = self.t0   # rank 0's monotonic clock at aligned time 0
         self.meta_extra["backend"] = dist.get_backend()
         self.meta_extra["nodes"] = len({i["node"] for i in infos})
         self.write_meta()
