@@ -575,3 +575,27 @@ def time_split(steps: pd.DataFrame) -> dict:
     return {"step_ms": _ms(m["step_ns"]), "compute_only_ms": _ms(m["compute_ns"] - m["overlapped_ns"]),
             "overlapped_ms": _ms(m["overlapped_ns"]), "exposed_ms": _ms(m["exposed_ns"]),
             "other_ms": _ms(other)}
+
+
+# ------------------------------------------------------------------ cost-model inputs (fit)
+
+def comm_service(comm: pd.DataFrame) -> pd.DataFrame:
+    """Per comm event (rows of comm_metrics, same index): ``joined_ns``, when the last rank launched
+    the same collective (same step, micro, kind, bucket, name and occurrence), and ``service_ns`` =
+    done − max(joined, end of this rank's previous comm event): the time the collective itself
+    took, without waiting for late ranks or for earlier collectives queued ahead of it (a process
+    group runs its collectives in order). NaN where clock error makes it negative."""
+    if not len(comm):
+        return pd.DataFrame({"joined_ns": pd.Series(dtype=float), "service_ns": pd.Series(dtype=float)})
+    c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "start_ns", "end_ns"]].copy()
+    c["kind"], c["name"] = c["kind"].astype(str), c["name"].astype(str)
+    c["launch"] = np.where(c["launch_ns"] >= 0, c["launch_ns"], c["start_ns"])
+    key = ["step", "micro", "kind", "bucket", "name"]
+    c = c.sort_values(["rank", "launch"])
+    c["occurrence"] = c.groupby(["rank"] + key, observed=True).cumcount()
+    c["joined_ns"] = c.groupby(key + ["occurrence"], observed=True)["launch"].transform("max")
+    prev_end = c.groupby("rank")["end_ns"].cummax().groupby(c["rank"]).shift(1)
+    begin = np.fmax(c["joined_ns"].to_numpy(dtype=float), prev_end.to_numpy(dtype=float))
+    service = c["end_ns"].to_numpy(dtype=float) - begin
+    c["service_ns"] = np.where(service >= 0, service, np.nan)
+    return c[["joined_ns", "service_ns"]].reindex(comm.index)
