@@ -24,18 +24,21 @@ DEFAULT_STEPS = (2, 3)   # step 0 warms up and step 1 runs after DDP's bucket re
 
 
 def parse_profile_steps(text: str | None) -> tuple[int, int]:
-    """``"A:B"`` (inclusive) or ``"A"`` → (first, last). Raises ValueError with a readable message."""
+    """``--profile-steps`` text → (first, last) steps, both inclusive, for StepProfiler.
+
+    The text follows ``syncviz trace --steps``: ``A:B`` is A inclusive, B exclusive (``2:4`` is
+    steps 2 and 3); a single ``A`` is that one step. Raises ValueError with a readable message."""
     if text is None or str(text).strip() == "":
         return DEFAULT_STEPS
-    first, sep, last = str(text).strip().partition(":")
+    first, sep, end = str(text).strip().partition(":")
     try:
         a = int(first)
-        b = int(last) if sep else a
+        b = int(end) if sep else a + 1
     except ValueError:
-        raise ValueError(f"profile steps must look like A:B (e.g. 2:3), got {text!r}") from None
-    if a < 0 or b < a:
-        raise ValueError(f"profile steps need 0 <= A <= B, got {text!r}")
-    return a, b
+        raise ValueError(f"profile steps must look like A:B (e.g. 2:4 for steps 2 and 3), got {text!r}") from None
+    if a < 0 or b <= a:
+        raise ValueError(f"profile steps A:B need 0 <= A < B (B is exclusive), got {text!r}")
+    return a, b - 1
 
 
 def bucket_label(bucket: int, op: str, nbytes: int) -> str:
@@ -59,12 +62,14 @@ def _always_record(step: int) -> torch.profiler.ProfilerAction:
 
 
 class StepProfiler:
-    """Profile steps ``first_step..last_step`` (inclusive) of one rank.
+    """Profile steps ``first_step..last_step`` (both inclusive) of one rank.
 
-    ``on_step_begin(first_step)`` starts torch.profiler with ``ProfilerStep#<step>`` numbered like
-    syncviz steps; each ``on_step_end`` inside the window advances it; ``on_step_end(last_step)``
-    stops it and writes the trace. ``close()`` stops and writes whatever was recorded when training
-    ended inside the window. Calls outside the window do nothing.
+    The profiler starts at ``on_step_begin(first_step)``, or at ``on_step_end(first_step - 1)``
+    for a caller that only reports step ends (then step 0 cannot be profiled: nothing precedes
+    it). ``ProfilerStep#<n>`` ranges carry syncviz step numbers; each ``on_step_end`` inside the
+    window advances them; ``on_step_end(last_step)`` stops the profiler and writes the trace.
+    ``close()`` stops and writes whatever was recorded when training ended inside the window.
+    Calls outside the window do nothing.
     """
 
     def __init__(self, run_dir: str | os.PathLike, rank: int, first_step: int, last_step: int, *,
@@ -87,22 +92,27 @@ class StepProfiler:
 
     def on_step_begin(self, step: int) -> None:
         if self._prof is None and not self.done and self.first_step <= step <= self.last_step:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if torch.cuda.is_available():
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            # torch's own handler: files "<worker>.<time_ns>.pt.trace.json.gz". torch-tb-profiler
-            # turns each worker's timestamps into span indices 1, 2, ..., so ranks line up in
-            # its Distributed view although their clocks give different names.
-            self._prof = torch.profiler.profile(
-                activities=activities, schedule=_always_record,
-                on_trace_ready=torch.profiler.tensorboard_trace_handler(
-                    str(self.dir), worker_name=worker_name(self.rank), use_gzip=True),
-                **self._options)
-            self._prof.step_num = step      # ProfilerStep#<n> == syncviz step n
-            self._prof.start()
+            self._start(step)
+
+    def _start(self, step: int) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        # torch's own handler: files "<worker>.<time_ns>.pt.trace.json.gz". torch-tb-profiler
+        # turns each worker's timestamps into span indices 1, 2, ..., so ranks line up in
+        # its Distributed view although their clocks give different names.
+        self._prof = torch.profiler.profile(
+            activities=activities, schedule=_always_record,
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(
+                str(self.dir), worker_name=worker_name(self.rank), use_gzip=True),
+            **self._options)
+        self._prof.step_num = step      # ProfilerStep#<n> == syncviz step n
+        self._prof.start()
 
     def on_step_end(self, step: int) -> None:
         if self._prof is None:
+            if step + 1 == self.first_step and not self.done:
+                self._start(step + 1)
             return
         if step >= self.last_step:
             self._finish()
