@@ -99,9 +99,11 @@ class _BucketHook:
         try:
             with rec.profile_range(index, buf):
                 if self.target is None:
-                    # torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook, inlined
+                    # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
+                    # size (at::mul_out with 1/N) while copying into the bucket, then all-reduces a
+                    # sum. (Dividing by N instead differs in the last bit for N=3: tested.)
                     pg = self.ddp.process_group
-                    buf.div_(pg.size())
+                    buf.mul_(1.0 / pg.size())
                     fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
                     unwrap = True
                 else:
@@ -148,7 +150,9 @@ class Recorder:
         self._buckets: list[list] = []
         self._collectives: list[list] = []      # filled by syncviz.collectives (issue 3)
         self._bwd_start: dict[int, int] = {}    # micro → t
-        self._in_bucket = -1
+        self._tls = threading.local()           # _in_bucket is per thread (see the property)
+        self._quiet = 0                         # > 0 while syncviz runs its own collectives
+        self._fwd_depth = 0                     # nesting of instrumented modules' forwards
         self._opt_depth = 0
         self._opt_stack: list[tuple[int, str]] = []
         self._step_start = None
@@ -163,6 +167,27 @@ class Recorder:
         self._last_meta_write = 0.0
         self._install_optimizer_hooks()
 
+    @property
+    def _in_bucket(self) -> int:
+        """Index of the DDP bucket whose comm hook is running in this thread (-1 outside one).
+        Per thread: a compression hook (PowerSGD) issues its later collectives from future
+        callbacks on the backend's thread, while the training thread may be in another bucket."""
+        return getattr(self._tls, "bucket", -1)
+
+    @_in_bucket.setter
+    def _in_bucket(self, index: int) -> None:
+        self._tls.bucket = index
+
+    @contextlib.contextmanager
+    def own_collectives(self):
+        """syncviz's own collectives (clock alignment, rank info, memory gather) inside this block
+        are not recorded as training communication (syncviz.collectives checks the flag)."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
     # ---------------------------------------------------------------- clock and process group
     def now(self) -> int:
         return clock.local_ns() + self.offset_ns - self.t0
@@ -172,6 +197,10 @@ class Recorder:
         after init_process_group. Uses a gloo group (created when the default backend is not gloo)."""
         if not dist.is_available() or not dist.is_initialized():
             return
+        with self.own_collectives():
+            self._attach_process_group(group)
+
+    def _attach_process_group(self, group) -> None:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         if group is None and dist.get_backend() != "gloo":
@@ -205,14 +234,15 @@ class Recorder:
         if self.group is None and not (dist.is_available() and dist.is_initialized()):
             return
         try:
-            off, err = clock.estimate_offsets(self.group)
-            infos = [None] * self.world_size
-            dist.all_gather_object(infos, {"rank": self.rank, "clock_offset_end_ns": off,
-                                           "clock_error_end_ns": err}, group=self.group)
-            for i in infos:
-                for r in self.meta_extra.get("ranks", []):
-                    if r["rank"] == i["rank"]:
-                        r.update(i)
+            with self.own_collectives():
+                off, err = clock.estimate_offsets(self.group)
+                infos = [None] * self.world_size
+                dist.all_gather_object(infos, {"rank": self.rank, "clock_offset_end_ns": off,
+                                               "clock_error_end_ns": err}, group=self.group)
+                for i in infos:
+                    for r in self.meta_extra.get("ranks", []):
+                        if r["rank"] == i["rank"]:
+                            r.update(i)
         except Exception:  # a peer already gone: the start offsets stand
             pass
 
@@ -240,12 +270,7 @@ class Recorder:
         if getattr(ddp, "_syncviz_hook", None) is not None:
             return ddp
         self._ddps.append(ddp)
-        params = [p for p in ddp.module.parameters()]
-        names = {id(p): n for n, p in ddp.module.named_parameters()}
-        for i, p in enumerate(params):
-            self._param_index[id(p)] = (i, names.get(id(p), f"param{i}"))
-            if p.requires_grad:
-                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
+        self._index_params(ddp.module)
         self._hook_handles.append(ddp.register_forward_pre_hook(self._forward_pre))
         self._hook_handles.append(ddp.register_forward_hook(self._forward_post))
         hook = _BucketHook(self, ddp)
@@ -286,14 +311,46 @@ class Recorder:
         self._ddp_meta(ddp)
         return ddp
 
-    def _ddp_meta(self, ddp) -> None:
-        params = list(ddp.module.parameters())
-        nbytes = sum(p.numel() * p.element_size() for p in params)
+    def instrument_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Forward, backward-start and gradient-ready instrumentation of a model that is not DDP
+        (an FSDP2 ``fully_shard`` module; its collectives come from syncviz.collectives). Nested
+        instrumented modules (FSDP2 blocks inside the root) count one forward: the outermost."""
+        if getattr(module, "_syncviz_instrumented", False):
+            return module
+        module._syncviz_instrumented = True
+        self._index_params(module)
+        self._hook_handles.append(module.register_forward_pre_hook(self._forward_pre))
+        self._hook_handles.append(module.register_forward_hook(self._forward_post))
+        self._module_meta(module)
+        self.write_meta()
+        return module
+
+    def _index_params(self, module: torch.nn.Module) -> None:
+        """Number the parameters and hook their gradient accumulation. Sharded DTensor parameters
+        (FSDP2) are skipped: FSDP2 accumulates into separate unsharded tensors, and the
+        reduce-scatter collectives mark when a group's gradients were ready."""
+        names = {id(p): n for n, p in module.named_parameters()}
+        for p in module.parameters():
+            if id(p) in self._param_index:
+                continue
+            i = len(self._param_index)
+            self._param_index[id(p)] = (i, names.get(id(p), f"param{i}"))
+            if p.requires_grad and not _is_dtensor(p):
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._grad_hook(i)))
+
+    def _module_meta(self, module: torch.nn.Module) -> None:
+        params = list(module.parameters())   # DTensor numel() is the global (unsharded) size
+        name = type(module).__name__
+        if name.startswith("FSDP") and len(type(module).__mro__) > 2:   # FSDP2's FSDP<cls> subclass
+            name = name[4:]
         self.meta_extra["model"] = {
-            "name": type(ddp.module).__name__, "params": sum(p.numel() for p in params),
-            "bytes": nbytes,
+            "name": name, "params": sum(p.numel() for p in params),
+            "bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad)}
         self.meta_extra["device"] = params[0].device.type if params else "cpu"
+
+    def _ddp_meta(self, ddp) -> None:
+        self._module_meta(ddp.module)
         hook = ddp._syncviz_hook
         self.meta_extra["ddp"] = {
             "bucket_cap_mb": getattr(ddp, "bucket_bytes_cap", 0) / (1024 * 1024),
@@ -324,6 +381,13 @@ class Recorder:
         return hook
 
     def _forward_pre(self, module, args):
+        # Only the outermost instrumented forward counts, and not a recomputation inside backward
+        # (activation checkpointing re-runs forwards while the autograd engine is running).
+        if torch._C._current_graph_task_id() != -1:
+            return
+        self._fwd_depth += 1
+        if self._fwd_depth > 1:
+            return
         t = self.now()
         if self._step_start is None:
             self._step_start = t
@@ -331,6 +395,11 @@ class Recorder:
         self._fwd_start = t
 
     def _forward_post(self, module, args, output):
+        if torch._C._current_graph_task_id() != -1:
+            return
+        self._fwd_depth = max(0, self._fwd_depth - 1)
+        if self._fwd_depth:
+            return
         t = self.now()
         self._events.append((S.FORWARD, "forward", self._fwd_start, t, self.micro, None))
         if torch.is_grad_enabled():
@@ -392,6 +461,7 @@ class Recorder:
         self._buckets.clear()
         self._collectives.clear()
         self._bwd_start.clear()
+        self._fwd_depth = 0
         self._step_start = None
         self.micro = -1
 
@@ -417,12 +487,23 @@ class Recorder:
             key = (micro, i)
             ready_by[key] = max(ready_by.get(key, -1), t)
         group = self.world_size
+        # What each bucket's hook really sent (a compression hook sends less than the bucket
+        # holds): the collectives syncviz.collectives attributed to it. Columns 1, 6, 8, 9 of a
+        # collective row are micro, bucket, bytes and dtype (schema.EVENT_COLUMNS order).
+        sent: dict[tuple[int, int], int] = {}
+        sent_dtype: dict[tuple[int, int], str] = {}
+        for row in self._collectives:
+            if row[6] >= 0:
+                key = (row[1], row[6])
+                sent[key] = sent.get(key, 0) + row[8]
+                sent_dtype.setdefault(key, row[9])
         for index, layout, launch, done, nbytes, dtype, hook_name, micro, _ in self._buckets:
             pidx = self._bucket_params(layout, index)
             ready = max((ready_by.get((micro, i), -1) for i in pidx), default=-1)
+            key = (max(micro, 0), index)
             add(S.BUCKET, hook_name, launch, done, micro=max(micro, 0), bucket=index, op="all_reduce",
-                nbytes=nbytes, dtype=_dt(dtype), group_size=group, ready=ready, launch=launch,
-                phase=_phase(launch, phases), layout=layout, logical=nbytes)
+                nbytes=sent.get(key, nbytes), dtype=sent_dtype.get(key, _dt(dtype)), group_size=group,
+                ready=ready, launch=launch, phase=_phase(launch, phases), layout=layout, logical=nbytes)
         for row in self._collectives:   # rows appended by syncviz.collectives, already in column order
             rec = dict(zip(S.EVENT_COLUMNS, row))
             rec["step"] = step
@@ -490,6 +571,10 @@ def _phase(t: int, phases: list[tuple[int, int, str]]) -> str:
     return "other"
 
 
+def _is_dtensor(t) -> bool:
+    return type(t).__name__ == "DTensor" or hasattr(t, "_local_tensor")
+
+
 def _dt(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -555,6 +640,7 @@ def _patch_torch() -> None:
             _ACTIVE.instrument_ddp(self)
 
     DDP.__init__ = __init__
+    _patch_fully_shard()
     orig_ipg = dist.init_process_group
 
     def init_process_group(*args, **kwargs):
@@ -578,12 +664,41 @@ def _patch_torch() -> None:
     dist.destroy_process_group = destroy_process_group
 
 
+def _patch_fully_shard() -> None:
+    """FSDP2: every module passed to ``fully_shard`` while tracing gets forward/backward hooks
+    (the nested ones defer to the outermost). Patched where users import it from."""
+    import importlib
+    try:
+        impl = importlib.import_module("torch.distributed.fsdp._fully_shard._fully_shard")
+        orig = impl.fully_shard
+    except (ImportError, AttributeError):
+        return
+
+    def fully_shard(module, *args, **kwargs):
+        out = orig(module, *args, **kwargs)
+        if _ACTIVE is not None and not _ACTIVE.closed:
+            for m in (out if isinstance(out, (list, tuple)) else [out]):
+                _ACTIVE.instrument_module(m)
+        return out
+
+    fully_shard.__wrapped__ = orig
+    fully_shard.__doc__ = orig.__doc__
+    for name in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
+                 "torch.distributed.fsdp._fully_shard._fully_shard", "torch.distributed._composable.fsdp"):
+        with contextlib.suppress(ImportError, AttributeError):
+            mod = importlib.import_module(name)
+            if getattr(mod, "fully_shard", None) is orig:
+                mod.fully_shard = fully_shard
+
+
 def instrument(model: torch.nn.Module, out: str | os.PathLike | None = None, **kwargs) -> torch.nn.Module:
     """Instrument an existing DDP model (starting a recorder if none is active). Returns it."""
     rec = _ACTIVE or start(out or _default_out(), **kwargs)
     from torch.nn.parallel import DistributedDataParallel as DDP
     if isinstance(model, DDP):
         rec.instrument_ddp(model)
+    else:
+        rec.instrument_module(model)
     return model
 
 
