@@ -1,0 +1,72 @@
+"""The HTML report opens from disk in headless Chromium (no server, no network) and draws every
+chart. A screenshot is left next to the report (its path is printed) for a person to look at."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from syncviz.export.report import write_html
+from syncviz.trace import load_run
+from tracebuild import make_ddp_run
+
+pytestmark = pytest.mark.browser
+
+CHARTS = ("timeline", "steps", "buckets", "skew")
+
+
+@pytest.fixture
+def chromium():
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.skip("chromium and chromedriver are not installed (.ci/browsers.sh installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1300,2300",
+                "--disable-dev-shm-usage"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def drawn(driver) -> dict:
+    """Per chart div: how many plot traces plotly rendered into SVG."""
+    return driver.execute_script("""
+        const out = {};
+        for (const div of document.querySelectorAll('.js-plotly-plot')) {
+            out[div.id] = div.querySelectorAll('.main-svg .trace, .main-svg .hm, .main-svg image').length;
+        }
+        return out;""")
+
+
+def test_report_draws_its_charts(chromium, tmp_path):
+    run = load_run(make_ddp_run(tmp_path / "straggly", straggler=1, straggle_ms=3))
+    report = write_html(run, tmp_path / "report.html")
+    chromium.get(report.resolve().as_uri())
+    deadline = time.monotonic() + 60
+    while True:
+        counts = drawn(chromium)
+        if len(counts) == len(CHARTS) and all(counts.values()):
+            break
+        assert time.monotonic() < deadline, f"charts not drawn: {counts}"
+        time.sleep(0.2)
+    assert set(counts) == {f"chart-{c}" for c in CHARTS}
+    # timeline: forward, backward, optimizer, bucket bars for both ranks and the ready ticks
+    bars = chromium.execute_script(
+        "return document.querySelectorAll('#chart-timeline .bars .point').length")
+    assert bars == 2 * 2 * (3 + 2)            # ranks × shown steps (1, 2) × (3 compute + 2 buckets)
+    assert "mostly bucket 1" in chromium.find_element("css selector", ".verdict").text
+    errors = [e for e in chromium.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    shot = Path(tmp_path / "report.png")
+    chromium.save_screenshot(str(shot))
+    assert shot.stat().st_size > 20_000
+    print(f"\nscreenshot: {shot}")
