@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import socket
 import threading
@@ -93,7 +94,11 @@ class _BucketHook:
         if (layout, index) not in rec._layouts_seen:
             rec._note_layout(self.ddp, layout, index, bucket.parameters())
         record = [index, layout, launch, -1, buf.numel() * buf.element_size(), buf.dtype, self.name,
-                  rec.micro, len(rec._collectives)]
+                  rec.micro, len(rec._collectives), None]
+        if buf.is_cuda:   # GPU-side interval from CUDA events, resolved a step later (never blocks)
+            start_ev = torch.cuda.Event(enable_timing=True)
+            start_ev.record()
+            record[9] = [start_ev, None]
         rec._buckets.append(record)
         rec._in_bucket = index
         try:
@@ -114,6 +119,11 @@ class _BucketHook:
 
         def done(f, record=record, unwrap=unwrap):
             record[3] = rec.now()
+            if record[9] is not None:
+                # the callback's current stream waits for the collective: this marks its GPU end
+                end_ev = torch.cuda.Event(enable_timing=True)
+                end_ev.record()
+                record[9][1] = end_ev
             v = f.value()
             return v[0] if unwrap else v
 
@@ -136,7 +146,7 @@ class Recorder:
         self.strategy = strategy
         self.engine = engine
         self.profiler = profiler
-        self.writer = RankWriter(self.run_dir, self.rank)
+        self._writer: RankWriter | None = None   # opened once the rank is known (see writer)
         self.meta_extra: dict[str, Any] = {}
         # clock: aligned = local + offset − t0 (t0 = rank 0's clock when alignment happened)
         self.offset_ns, self.error_ns, self.t0 = 0, 0, clock.local_ns()
@@ -159,6 +169,9 @@ class Recorder:
         self._layouts_seen: set[tuple[int, int]] = set()
         self._layout_rows: dict[int, dict[str, list]] = {}
         self._written_layouts: dict[int, dict[str, list]] = {}
+        self._pending: list[tuple] = []          # built steps not yet written (CUDA events pending)
+        self._anchor: tuple | None = None       # (host ns, CUDA event) at the step's first forward
+        self._cuda = False                      # an instrumented model lives on a CUDA device
         self._param_index: dict[int, tuple[int, str]] = {}    # id(param) → (index, name)
         self._ddps: list[torch.nn.Module] = []
         self._hook_handles: list = []
@@ -187,6 +200,14 @@ class Recorder:
             yield
         finally:
             self._quiet -= 1
+
+    @property
+    def writer(self) -> RankWriter:
+        """The rank's stream, opened on first use: ranks started by the user (mp.spawn) learn
+        their rank only at init_process_group."""
+        if self._writer is None:
+            self._writer = RankWriter(self.run_dir, self.rank)
+        return self._writer
 
     # ---------------------------------------------------------------- clock and process group
     def now(self) -> int:
@@ -224,6 +245,7 @@ class Recorder:
         self.meta_extra["clock_zero_ns"] = self.t0   # rank 0's monotonic clock at aligned time 0
         self.meta_extra["backend"] = dist.get_backend()
         self.meta_extra["nodes"] = len({i["node"] for i in infos})
+        self.writer  # noqa: B018  (open the rank's stream now that the rank is known)
         self.write_meta()
 
     def _rebase(self, delta: int) -> None:
@@ -260,7 +282,7 @@ class Recorder:
                 old = json.loads(path.read_text())
                 meta["run_id"], meta["created"] = old["run_id"], old["created"]
         meta.update(self.meta_extra)
-        meta["steps_recorded"] = self.writer.steps_written
+        meta["steps_recorded"] = self._writer.steps_written if self._writer else 0
         meta["finished"] = finished
         write_json_atomic(path, meta)
         self._last_meta_write = time.monotonic()
@@ -319,8 +341,10 @@ class Recorder:
             return module
         module._syncviz_instrumented = True
         self._index_params(module)
-        self._hook_handles.append(module.register_forward_pre_hook(self._forward_pre))
-        self._hook_handles.append(module.register_forward_hook(self._forward_post))
+        # prepend: FSDP2's own hooks (the root's all-gather before forward, its pre-backward
+        # all-gathers hooked on the outputs) must fall inside our forward and backward
+        self._hook_handles.append(module.register_forward_pre_hook(self._forward_pre, prepend=True))
+        self._hook_handles.append(module.register_forward_hook(self._forward_post_first, prepend=True))
         self._module_meta(module)
         self.write_meta()
         return module
@@ -348,6 +372,7 @@ class Recorder:
             "bytes": sum(p.numel() * p.element_size() for p in params),
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad)}
         self.meta_extra["device"] = params[0].device.type if params else "cpu"
+        self._cuda = self._cuda or self.meta_extra["device"] == "cuda"
 
     def _ddp_meta(self, ddp) -> None:
         self._module_meta(ddp.module)
@@ -391,6 +416,10 @@ class Recorder:
         t = self.now()
         if self._step_start is None:
             self._step_start = t
+            if self._cuda:
+                anchor = torch.cuda.Event(enable_timing=True)
+                anchor.record()
+                self._anchor = (t, anchor)
         self.micro += 1
         self._fwd_start = t
 
@@ -407,6 +436,27 @@ class Recorder:
             for tensor in _tensors(output):
                 if tensor.grad_fn is not None:
                     tensor.grad_fn.register_prehook(self._backward_start(micro))
+
+    def _forward_post_first(self, module, args, output):
+        """_forward_post for hooks that run before the module's other hooks: backward start is a
+        tensor hook on the outputs, which runs before hooks registered later on the same tensors."""
+        if torch._C._current_graph_task_id() != -1:
+            return
+        self._fwd_depth = max(0, self._fwd_depth - 1)
+        if self._fwd_depth:
+            return
+        self._events.append((S.FORWARD, "forward", self._fwd_start, self.now(), self.micro, None))
+        if torch.is_grad_enabled():
+            for tensor in _tensors(output):
+                if tensor.requires_grad and tensor.grad_fn is not None:
+                    tensor.register_hook(self._backward_start_tensor(self.micro))
+
+    def _backward_start_tensor(self, micro: int):
+        prehook = self._backward_start(micro)
+
+        def hook(grad):
+            prehook((grad,))
+        return hook
 
     def _backward_start(self, micro: int):
         def prehook(grad_outputs):
@@ -447,7 +497,9 @@ class Recorder:
         """Step boundary: turn this step's raw records into one record batch and write it."""
         step = self.step
         if step in self.selection:
-            self.writer.write_step(self._build_batch(step))
+            cuda = [b for b in self._buckets if b[9] is not None]
+            self._pending.append((self._build_batch(step), cuda, self._anchor))
+            self._write_ready_steps()
             if self.rank == 0 and time.monotonic() - self._last_meta_write > 0.5:
                 self.write_meta()
         self._reset_step()
@@ -455,7 +507,24 @@ class Recorder:
         if self.profiler is not None:
             self.profiler.on_step_end(step)
 
+    def _write_ready_steps(self, wait: bool = False) -> None:
+        """Write built steps in order. A step with CUDA collectives waits (a step or more) until
+        its events have completed, then gets GPU-side start/end times: anchor host time + the
+        anchor event's elapsed time to each collective's start/end event."""
+        while self._pending:
+            cols, cuda, anchor = self._pending[0]
+            if cuda:
+                events = [e for b in cuda for e in b[9]] + ([anchor[1]] if anchor else [])
+                if not wait and not all(e is not None and e.query() for e in events):
+                    return
+                if wait:
+                    torch.cuda.synchronize()
+                _apply_cuda_times(cols, cuda, anchor)
+            self.writer.write_step(cols)
+            self._pending.pop(0)
+
     def _reset_step(self):
+        self._anchor = None
         self._events.clear()
         self._ready.clear()
         self._buckets.clear()
@@ -497,7 +566,7 @@ class Recorder:
                 key = (row[1], row[6])
                 sent[key] = sent.get(key, 0) + row[8]
                 sent_dtype.setdefault(key, row[9])
-        for index, layout, launch, done, nbytes, dtype, hook_name, micro, _ in self._buckets:
+        for index, layout, launch, done, nbytes, dtype, hook_name, micro, _, cuda_ev in self._buckets:
             pidx = self._bucket_params(layout, index)
             ready = max((ready_by.get((micro, i), -1) for i in pidx), default=-1)
             key = (max(micro, 0), index)
@@ -550,6 +619,8 @@ class Recorder:
         self.closed = True
         if self._layout_rows:
             self._flush_layouts()
+        with contextlib.suppress(Exception):
+            self._write_ready_steps(wait=True)
         self.writer.close()
         for h in self._hook_handles + getattr(self, "_opt_handles", []):
             with contextlib.suppress(Exception):
@@ -563,6 +634,21 @@ class Recorder:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+def _apply_cuda_times(cols: dict[str, list], cuda: list[list], anchor) -> None:
+    """Replace host done-times of CUDA bucket rows by GPU-side start/end (see _write_ready_steps)."""
+    if not anchor:
+        return
+    t_anchor, ev_anchor = anchor
+    by_key = {(max(b[7], 0), b[0], b[2]): b[9] for b in cuda}   # (micro, bucket, launch) → [start, end]
+    for i, kind in enumerate(cols["kind"]):
+        if kind != S.BUCKET:
+            continue
+        evs = by_key.get((cols["micro"][i], cols["bucket"][i], cols["launch_ns"][i]))
+        if evs and evs[1] is not None:
+            cols["start_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
+            cols["end_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[1]) * 1e6)
+
 
 def _phase(t: int, phases: list[tuple[int, int, str]]) -> str:
     for s, e, kind in phases:
@@ -674,6 +760,7 @@ def _patch_fully_shard() -> None:
     except (ImportError, AttributeError):
         return
 
+    @functools.wraps(orig)    # keeps contract's `fully_shard.state`, which torch itself calls
     def fully_shard(module, *args, **kwargs):
         out = orig(module, *args, **kwargs)
         if _ACTIVE is not None and not _ACTIVE.closed:
@@ -681,10 +768,9 @@ def _patch_fully_shard() -> None:
                 _ACTIVE.instrument_module(m)
         return out
 
-    fully_shard.__wrapped__ = orig
-    fully_shard.__doc__ = orig.__doc__
+    # the public names only: torch's implementation module refers to its own fully_shard
     for name in ("torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard",
-                 "torch.distributed.fsdp._fully_shard._fully_shard", "torch.distributed._composable.fsdp"):
+                 "torch.distributed._composable.fsdp"):
         with contextlib.suppress(ImportError, AttributeError):
             mod = importlib.import_module(name)
             if getattr(mod, "fully_shard", None) is orig:

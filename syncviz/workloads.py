@@ -34,6 +34,7 @@ class WorkloadConfig:
     engine: str = "torch"           # torch (DDP/ZeRO/FSDP) | syncviz (syncviz.sync engine)
     save_params: str = ""           # rank 0 saves final parameters here (tests compare runs)
     threads: int = 0                # torch intra-op threads per rank (0 = leave torch's choice)
+    torch_profiler: bool = False    # run torch.profiler over every step (benchmarks/overhead.py)
 
 
 STRATEGIES = ("ddp",)   # extended by syncviz.strategies when present
@@ -63,6 +64,7 @@ def parse_args(argv=None) -> WorkloadConfig:
     p.add_argument("--engine", default=d.engine, choices=("torch", "syncviz"))
     p.add_argument("--save-params", default="")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--torch-profiler", action="store_true")
     a = p.parse_args(argv)
     return WorkloadConfig(**{k.replace("-", "_"): v for k, v in vars(a).items()})
 
@@ -102,6 +104,10 @@ def train(cfg: WorkloadConfig) -> list[float]:
     rank = dist.get_rank()
     model, opt = build(cfg)
     losses = []
+    prof = None
+    if cfg.torch_profiler:
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        prof.start()
     for step in range(cfg.steps):
         t = time.perf_counter()
         for micro in range(cfg.accum):
@@ -117,9 +123,15 @@ def train(cfg: WorkloadConfig) -> list[float]:
         losses.append(loss.item() * cfg.accum)
         if rank == 0:
             print(f"step {step:4d}  loss {losses[-1]:.4f}  {1e3 * (time.perf_counter() - t):8.1f} ms", flush=True)
-    if cfg.save_params and rank == 0:
-        sd = model.module.state_dict() if hasattr(model, "module") else model.state_dict()
-        torch.save({k: v.detach().clone() for k, v in sd.items()}, cfg.save_params)
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
+    if cfg.save_params:
+        from .strategies import full_state_dict
+        sd = full_state_dict(model)    # gathers FSDP shards: a collective, so every rank calls it
+        if rank == 0:
+            torch.save(sd, cfg.save_params)
     return losses
 
 

@@ -169,3 +169,15 @@ def test_trace_bad_arguments(tmp_path):
     (out / "run.json").write_text("{}")
     p = syncviz("trace", "--out", out, SCRIPTS / "user_train.py", check=False)
     assert p.returncode == 1 and "already holds a run" in p.stderr
+
+
+@pytest.mark.parametrize("mode", ["tracing", "instrument"])
+def test_traced_from_code_with_user_launched_ranks(tmp_path, mode):
+    p = subprocess.run([sys.executable, str(SCRIPTS / "from_code.py"), str(tmp_path / "run"), mode],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = load_run(tmp_path / "run")
+    assert run.problems == [] and run.world_size == 2 and run.ranks == [0, 1]
+    b = run.events[run.events["kind"] == "bucket"]
+    assert sorted(b["step"].unique()) == [0, 1, 2]
+    assert (b.groupby(["step", "rank"])["bytes"].sum() == run.meta["model"]["grad_bytes"]).all()
