@@ -50,7 +50,8 @@ def export_group():
     """Export a run to TensorBoard, Perfetto or a self-contained HTML report."""
 
 
-@export_group.command("tensorboard", context_settings=CONTEXT)
+@export_group.command("tensorboard", context_settings=CONTEXT,
+                      short_help="Scalars, histograms, summary and layout for TensorBoard.")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--logdir", required=True, type=click.Path(file_okay=False),
               help="TensorBoard log directory; each run becomes its sub-directory.")
@@ -73,7 +74,8 @@ def tensorboard_command(runs, logdir, no_profiler):
     click.echo(f"view: tensorboard --logdir {logdir}")
 
 
-@export_group.command("perfetto", context_settings=CONTEXT)
+@export_group.command("perfetto", context_settings=CONTEXT,
+                      short_help="Chrome trace JSON for Perfetto / chrome://tracing.")
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", required=True, help="run.json or run.json.gz")
 def perfetto_command(run, output):
@@ -87,7 +89,8 @@ def perfetto_command(run, output):
     click.echo(f"{out} ({out.stat().st_size / 1e6:.2f} MB): open it in https://ui.perfetto.dev")
 
 
-@export_group.command("html", context_settings=CONTEXT)
+@export_group.command("html", context_settings=CONTEXT,
+                      short_help="One self-contained HTML report (summary, timeline, charts).")
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", required=True, help="report.html")
 @click.option("--timeline-steps", default=3, show_default=True, type=click.IntRange(1),
