@@ -66,7 +66,9 @@ def run_trace(argv: list[str]) -> Path:
     stem = target.rsplit(".", 1)[-1] if args.module else Path(target).stem
     name = args.name or f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     out = Path(args.out or os.path.join("traces", name))
-    if (out / S.RUN_FILE).exists() or any(out.glob("rank-*.arrow")):
+    # Only node 0 owns the run directory: other nodes' launchers (multi-node runs, possibly
+    # sharing one directory) add their ranks' files to it.
+    if args.node_rank == 0 and ((out / S.RUN_FILE).exists() or any(out.glob("rank-*.arrow"))):
         if not args.overwrite:
             raise click.ClickException(f"{out} already holds a run; pass --overwrite or choose --out")
         for p in list(out.glob("rank-*.arrow")) + list(out.glob("layout-*.arrow")) + [out / S.RUN_FILE]:
