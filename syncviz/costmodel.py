@@ -254,6 +254,7 @@ class Fit:
     duration: str               # which measured time was fitted ("service" or "duration")
     algo: str = "ring"
     ops: tuple[str, ...] = ()
+    sizes: int = 0              # distinct (hops, bus bytes) points: 1 means α could not be fitted
 
     @property
     def busbw_gbps(self) -> float:
@@ -303,12 +304,15 @@ def fit_alpha_beta(comm: pd.DataFrame, duration: str = "service", headline: bool
         raise ValueError(f"need at least 2 comm events with bytes to fit (found {len(rows)})")
     X = rows[["hops", "bus_bytes"]].to_numpy(dtype=float)
     y = rows["t_s"].to_numpy()
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    a, b = coef
-    if b <= 0:       # latency only (all messages the same size, or noise)
-        a, b = float(np.linalg.lstsq(X[:, :1], y, rcond=None)[0][0]), 0.0
-    if a < 0:
+    if len(np.unique(X, axis=0)) < 2:
+        # One message size: α and β cannot be told apart; charge it all to bandwidth (α = 0).
         a, b = 0.0, float(np.linalg.lstsq(X[:, 1:], y, rcond=None)[0][0])
+    else:
+        a, b = np.linalg.lstsq(X, y, rcond=None)[0]
+        if b <= 0:   # latency only (sizes too close, or noise)
+            a, b = float(np.linalg.lstsq(X[:, :1], y, rcond=None)[0][0]), 0.0
+        if a < 0:
+            a, b = 0.0, float(np.linalg.lstsq(X[:, 1:], y, rcond=None)[0][0])
     pred = X @ np.array([max(a, 0.0), max(b, 0.0)])
     res = y - pred
     ss_tot = float(((y - y.mean()) ** 2).sum())
@@ -318,7 +322,8 @@ def fit_alpha_beta(comm: pd.DataFrame, duration: str = "service", headline: bool
     return Fit(alpha_s=max(a, 0.0), beta_s_per_byte=max(b, 0.0), r2=r2,
                rms_residual_s=float(np.sqrt((res ** 2).mean())),
                median_abs_rel_residual=float(np.nanmedian(rel)) if np.isfinite(rel).any() else float("nan"),
-               n=len(rows), duration=duration, ops=tuple(sorted(set(rows["op"].astype(str)))))
+               n=len(rows), duration=duration, ops=tuple(sorted(set(rows["op"].astype(str)))),
+               sizes=int(len(np.unique(X, axis=0))))
 
 
 def fit_run(run, duration: str = "service", kinds=S.COMM_KINDS) -> tuple[Fit, pd.DataFrame]:
@@ -381,6 +386,9 @@ def fit_command(run_dir, duration, as_json):
         t.add_row(r["op"], str(int(r["group_size"])), f"{r['bytes'] / 1e6:.2f}", str(int(r["count"])),
                   f"{r['measured'] * 1e3:.3f}", f"{r['predicted'] * 1e3:.3f}", f"{100 * err:+.0f}%")
     con.print(t)
-    if fit.r2 == fit.r2 and fit.r2 < 0.5:
+    if fit.sizes < 2:
+        con.print("[yellow]Only one message size: α and β cannot be separated, so α is set to 0 and the "
+                  "time is charged to bandwidth. Record with another bucket cap to fit both.[/]")
+    elif fit.r2 == fit.r2 and fit.r2 < 0.5:
         con.print("[yellow]R² below 0.5: message sizes vary too little or timings are noisy; "
                   "α and β are rough.[/]")
