@@ -579,14 +579,17 @@ def time_split(steps: pd.DataFrame) -> dict:
 
 # ------------------------------------------------------------------ cost-model inputs (fit)
 
-def comm_service(comm: pd.DataFrame) -> pd.DataFrame:
+def comm_service(comm: pd.DataFrame, compute: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per comm event (rows of comm_metrics, same index): ``joined_ns``, when the last rank launched
     the same collective (same step, micro, kind, bucket, name and occurrence), and ``service_ns`` =
     done − max(joined, end of this rank's previous comm event): the time the collective itself
     took, without waiting for late ranks or for earlier collectives queued ahead of it (a process
-    group runs its collectives in order). NaN where clock error makes it negative."""
+    group runs its collectives in order). NaN where clock error makes it negative. With
+    ``compute`` (compute_intervals of the run), also ``service_hidden_ns``: how much of
+    [done − service, done] ran under this rank's compute (where the two compete for the device)."""
+    cols = ["joined_ns", "service_ns"] + (["service_hidden_ns"] if compute is not None else [])
     if not len(comm):
-        return pd.DataFrame({"joined_ns": pd.Series(dtype=float), "service_ns": pd.Series(dtype=float)})
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
     c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "start_ns", "end_ns"]].copy()
     c["kind"], c["name"] = c["kind"].astype(str), c["name"].astype(str)
     c["launch"] = np.where(c["launch_ns"] >= 0, c["launch_ns"], c["start_ns"])
@@ -598,4 +601,16 @@ def comm_service(comm: pd.DataFrame) -> pd.DataFrame:
     begin = np.fmax(c["joined_ns"].to_numpy(dtype=float), prev_end.to_numpy(dtype=float))
     service = c["end_ns"].to_numpy(dtype=float) - begin
     c["service_ns"] = np.where(service >= 0, service, np.nan)
-    return c[["joined_ns", "service_ns"]].reindex(comm.index)
+    if compute is not None:
+        c["service_hidden_ns"] = np.nan
+        ok = c["service_ns"].notna().to_numpy()
+        svc = c[ok]
+        if len(svc) and len(compute):
+            s0 = np.round(svc["end_ns"] - svc["service_ns"]).astype(np.int64)
+            probe = pd.DataFrame({"rank": svc["rank"], "step": svc["step"], "start_ns": s0, "end_ns": svc["end_ns"]})
+            idx, (cc, pc), base, span = _groups(compute, probe)
+            cov = Coverage(cc, compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy(), len(idx), base, span)
+            c.loc[ok, "service_hidden_ns"] = cov.overlap(pc, probe["start_ns"].to_numpy(), probe["end_ns"].to_numpy())
+        elif len(svc):
+            c.loc[ok, "service_hidden_ns"] = 0.0
+    return c[cols].reindex(comm.index)
