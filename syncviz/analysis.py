@@ -577,6 +577,16 @@ def time_split(steps: pd.DataFrame) -> dict:
             "other_ms": _ms(other)}
 
 
+def rank_spread(table: pd.DataFrame, columns, by: str = "step") -> pd.DataFrame:
+    """Min, median and max over ranks of per-rank columns (e.g. step_metrics) for each ``by``
+    value: columns ``<col>_min``, ``<col>_median``, ``<col>_max`` (one groupby for all)."""
+    cols = list(columns)
+    t = table[[by] + cols].replace([np.inf, -np.inf], np.nan)
+    agg = t.groupby(by, sort=True)[cols].agg(["min", "median", "max"])
+    agg.columns = [f"{c}_{s}" for c, s in agg.columns]
+    return agg.reset_index()
+
+
 # ------------------------------------------------------------------ cost-model inputs (fit)
 
 def comm_service(comm: pd.DataFrame, compute: pd.DataFrame | None = None) -> pd.DataFrame:
