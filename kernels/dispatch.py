@@ -139,8 +139,8 @@ def unflatten(bucket: torch.Tensor, grads: Sequence[torch.Tensor], scale: float 
     kernel = _triton()
     with torch.no_grad():
         for idx in _by_dtype(grads):
-            targets = [grads[i] if grads[i].is_contiguous() else torch.empty_like(grads[i], memory_format=torch.contiguous_format)
-                       for i in idx]
+            targets = [grads[i] if grads[i].is_contiguous()
+                       else torch.empty_like(grads[i], memory_format=torch.contiguous_format) for i in idx]
             kernel.unflatten_triton(bucket, targets, scale, [offsets[i] for i in idx])
             for i, t in zip(idx, targets):
                 if t is not grads[i]:

@@ -54,7 +54,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -64,7 +64,6 @@ from torch import nn
 from .kernels import flatten_scale, unflatten
 
 STRATEGIES = ("all_reduce", "reduce_scatter")
-
 
 
 # Looked up at call time: syncviz.collectives (the recorder) patches these functions in place.
@@ -193,7 +192,8 @@ class DataParallel(nn.Module):
         if self.strategy == "reduce_scatter":
             shard = padded // self.world
             b.shard = torch.zeros(shard, dtype=dtype, device=device)
-            flat = flatten_scale([p.detach() for p in params], torch.zeros(padded, dtype=params[0].dtype, device=device))
+            flat = flatten_scale([p.detach() for p in params],
+                                 torch.zeros(padded, dtype=params[0].dtype, device=device))
             b.master = flat[self.rank * shard:(self.rank + 1) * shard].clone()
         return b
 

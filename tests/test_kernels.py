@@ -107,7 +107,8 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @pytest.mark.parametrize("in_dtype", DTYPES)
 @pytest.mark.parametrize("out_dtype", DTYPES)
 def test_triton_on_cuda_matches_reference(in_dtype, out_dtype):
-    grads = [g.cuda() for g in _grads(SIZES + (1 << 22,), in_dtype)] + [torch.randn(64, 3, device="cuda").t().to(in_dtype)]
+    grads = [g.cuda() for g in _grads(SIZES + (1 << 22,), in_dtype)]
+    grads.append(torch.randn(64, 3, device="cuda").t().to(in_dtype))      # non-contiguous
     got = flatten_scale(grads, None, 1 / 3, out_dtype, backend="triton")
     want = flatten_scale_reference(grads, torch.empty_like(got), 1 / 3)
     assert torch.equal(got, want)  # GPU conversions round to nearest even, like torch

@@ -14,7 +14,8 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 
 import torch  # noqa: E402
 
-from syncviz.kernels import dispatch, flatten_scale, flatten_scale_reference, unflatten, unflatten_reference  # noqa: E402
+from syncviz.kernels import (dispatch, flatten_scale, flatten_scale_reference, unflatten,  # noqa: E402
+                             unflatten_reference)
 from syncviz.kernels import flatten_scale_triton as kernel_module  # noqa: E402
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
