@@ -8,7 +8,13 @@ Definitions, per rank and step:
 - comm interval of a bucket/collective: [launch, done] (start_ns, end_ns of the row).
 - comm busy = |∪ comm intervals|.
 - compute intervals: forward rows, backward compute = [backward start, last gradient ready]
-  (the backward row's end when no gradient-ready rows exist), and optimizer rows.
+  (the backward row's end when no gradient-ready rows exist), and optimizer rows — only the
+  innermost optimizer of a nested step (the ``layout`` column holds the nesting depth): a ZeRO-1
+  ZeroRedundancyOptimizer row wraps the inner Adam step *and* its parameter broadcasts, which
+  the rank waits for; counting the wrapper as compute would hide that wait.
+  Time a rank spent blocked in a synchronous collective (rows named ``... (blocking)``, e.g.
+  FSDP2's all-gathers and reduce-scatters on gloo) is removed from the compute intervals: the
+  host did no compute while it waited, so that communication is exposed, not overlapped.
 - overlapped = |∪ comm ∩ ∪ compute|; exposed = comm busy − overlapped; overlap % = overlapped/comm busy.
 - compute/comm ratio = (forward + backward + optimizer compute) / comm busy.
 - launch delay of a bucket = launch − ready.
@@ -28,6 +34,10 @@ from . import schema as S
 from .trace import Run
 
 NS = 1e-9
+
+# Suffix of a collective row's name when the calling thread blocked until it finished (written by
+# syncviz.collectives, which defines the same literal; analysis imports no torch).
+BLOCKING = " (blocking)"
 
 
 # ------------------------------------------------------------------------- bandwidth conventions
@@ -125,7 +135,8 @@ def compute_intervals(events: pd.DataFrame) -> pd.DataFrame:
     ([backward start, last gradient ready]) and optimizer."""
     ev = events
     fwd = ev[ev["kind"] == S.FORWARD][["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
-    opt = ev[ev["kind"] == S.OPTIMIZER][["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
+    opt = innermost_optimizer_rows(ev[ev["kind"] == S.OPTIMIZER])
+    opt = opt[["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
     bwd = ev[ev["kind"] == S.BACKWARD][["rank", "step", "micro", "kind", "start_ns", "end_ns"]].copy()
     ready = ev[ev["kind"] == S.GRAD_READY]
     if len(bwd) and len(ready):
@@ -136,7 +147,59 @@ def compute_intervals(events: pd.DataFrame) -> pd.DataFrame:
         bwd = bwd.drop(columns="last_ready")
     out = pd.concat([fwd, bwd, opt], ignore_index=True)
     out["kind"] = out["kind"].astype(str)
-    return _valid_intervals(out)
+    out = _valid_intervals(out)
+    blocked = blocking_rows(ev)
+    if len(blocked) and len(out):
+        out = subtract_intervals(out, blocked)
+    return out
+
+
+def innermost_optimizer_rows(opt: pd.DataFrame) -> pd.DataFrame:
+    """Optimizer rows of the deepest nesting per (rank, step): the optimizer that does the math.
+    The recorder writes one row per optimizer step at every depth (``layout`` = depth, -1 or 0
+    for a plain optimizer)."""
+    if not len(opt) or "layout" not in opt or not (opt["layout"] > 0).any():
+        return opt
+    deepest = opt.groupby(["rank", "step"], observed=True)["layout"].transform("max")
+    return opt[opt["layout"] == deepest]
+
+
+def blocking_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """Collective rows during which the calling thread was blocked (synchronous host collectives)."""
+    coll = events[events["kind"] == S.COLLECTIVE]
+    if not len(coll):
+        return coll
+    return _valid_intervals(coll[coll["name"].astype(str).str.endswith(BLOCKING)])
+
+
+def subtract_intervals(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``a`` with the union of ``b``'s intervals of the same (rank, step) cut out: a row
+    may become several pieces (same other columns) or vanish."""
+    idx, (ga, gb), base, span = _groups(a, b)
+    mg, ms, me = merge_intervals(gb, b["start_ns"].to_numpy(), b["end_ns"].to_numpy())
+    s, e = a["start_ns"].to_numpy(), a["end_ns"].to_numpy()
+    key = lambda g, t: g.astype(np.int64) * span + (t - base[g])  # noqa: E731  (sorted like mg, ms)
+    lo = np.searchsorted(key(mg, me), key(ga, s), side="right")   # first cut ending after s
+    hi = np.searchsorted(key(mg, ms), key(ga, e), side="left")    # cuts starting before e
+    cuts = np.maximum(hi - lo, 0)
+    pieces = cuts + 1
+    row = np.repeat(np.arange(len(a)), pieces)
+    j = np.arange(len(row)) - np.repeat(np.cumsum(pieces) - pieces, pieces)   # piece number in row
+    k = lo[row] + j
+    last = max(len(ms) - 1, 0)
+    start = np.where(j == 0, s[row], me[np.clip(k - 1, 0, last)])
+    end = np.where(j == cuts[row], e[row], ms[np.clip(k, 0, last)])
+    start, end = np.maximum(start, s[row]), np.minimum(end, e[row])
+    keep = end > start
+    out = a.iloc[row[keep]].copy()
+    out["start_ns"], out["end_ns"] = start[keep], end[keep]
+    return out.reset_index(drop=True)
+
+
+def wire_mask(comm: pd.DataFrame) -> np.ndarray:
+    """Comm rows that put bytes on the wire once: every bucket, plus collectives not issued from
+    inside a bucket's comm hook (those are the bucket's own transfer)."""
+    return ((comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)).to_numpy()
 
 
 def comm_rows(events: pd.DataFrame) -> pd.DataFrame:
@@ -313,6 +376,7 @@ def run_summary(run: Run) -> dict:
     """Headline numbers and a one-line verdict for a run (used by summary, dashboard, exports)."""
     steps = step_metrics(run)
     buckets = comm_metrics(run, kinds=S.COMM_KINDS)
+    buckets = buckets[wire_mask(buckets)] if len(buckets) else buckets
     h = headline_steps(steps) if len(steps) else steps
     hb = buckets[buckets["step"].isin(h["step"].unique())] if len(buckets) else buckets
     comm = float(h["comm_busy_ns"].sum()) if len(h) else 0.0
@@ -547,17 +611,20 @@ def bucket_map(layouts: pd.DataFrame) -> pd.DataFrame:
     return lay
 
 
-def op_bytes_per_step(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
-    """Bytes on the wire per step and rank by collective op (mean over ranks and headline steps);
-    counted like step_metrics' bytes (bucket rows + collectives not issued inside a bucket hook)."""
+def op_bytes_per_step(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataFrame:
+    """Bytes on the wire per step and rank by collective op (mean over ranks and headline steps,
+    or over ``steps`` when given); counted like step_metrics' bytes (bucket rows + collectives not
+    issued inside a bucket hook)."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
     comm = comm_rows(ev)
     wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
+    if steps is not None:
+        wire = wire[wire["step"].isin(list(steps))]
     if not len(wire):
         return pd.DataFrame(columns=["op", "bytes_per_step", "count_per_step"])
-    steps = sorted(wire["step"].unique())
-    if len(steps) > 1:
-        wire = wire[wire["step"] > steps[0]]
+    all_steps = sorted(wire["step"].unique())
+    if steps is None and len(all_steps) > 1:
+        wire = wire[wire["step"] > all_steps[0]]
     n = wire.groupby(["rank", "step"]).ngroups
     g = wire.assign(op=wire["op"].astype(str)).groupby("op")
     return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n,

@@ -452,19 +452,22 @@ class Recorder:
                     tensor.register_hook(self._backward_start_tensor(self.micro))
 
     def _backward_start_tensor(self, micro: int):
-        prehook = self._backward_start(micro)
+        # FSDP2 queues its own end-of-backward callback (the root's reduce-scatter) after ours:
+        # end the backward row one callback later, after it (callbacks may queue callbacks)
+        prehook = self._backward_start(micro, defer=True)
 
         def hook(grad):
             prehook((grad,))
         return hook
 
-    def _backward_start(self, micro: int):
+    def _backward_start(self, micro: int, defer: bool = False):
         def prehook(grad_outputs):
             if micro not in self._bwd_start:
                 t = self.now()
                 self._bwd_start[micro] = t
-                torch.autograd.Variable._execution_engine.queue_callback(
-                    lambda: self._events.append((S.BACKWARD, "backward", t, self.now(), micro, None)))
+                engine = torch.autograd.Variable._execution_engine
+                end = lambda: self._events.append((S.BACKWARD, "backward", t, self.now(), micro, None))  # noqa: E731
+                engine.queue_callback((lambda: engine.queue_callback(end)) if defer else end)
         return prehook
 
     def _install_optimizer_hooks(self) -> None:

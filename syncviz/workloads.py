@@ -83,8 +83,11 @@ def build(cfg: WorkloadConfig):
                                    bucket_cap_mb=cfg.bucket_cap_mb,
                                    optimizer=lambda ps: torch.optim.AdamW(ps, lr=cfg.lr))
         return engine, engine.optimizer
-    if cfg.strategy != "ddp":
-        from . import strategies
+    try:
+        from . import strategies       # every strategy (DDP too): adds run.json's strategy facts
+    except ImportError:
+        strategies = None
+    if strategies is not None:
         return strategies.wrap(model, cfg)
     from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb, process_group=dist.group.WORLD)
