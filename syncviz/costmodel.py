@@ -255,6 +255,7 @@ class Fit:
     algo: str = "ring"
     ops: tuple[str, ...] = ()
     sizes: int = 0              # distinct (hops, bus bytes) points: 1 means α could not be fitted
+    contention: float = 0.0     # κ: the bandwidth term is (1 + κ)× slower while compute runs
 
     @property
     def busbw_gbps(self) -> float:
@@ -271,17 +272,23 @@ class Fit:
         return d
 
 
-def fit_table(comm: pd.DataFrame, duration: str = "service", headline: bool = True) -> pd.DataFrame:
-    """Rows the fit uses: one per comm event with bytes > 0, with its hop count, bus bytes and the
-    measured time (s). ``duration='service'`` uses analysis.comm_service (time after the last rank
-    launched and the previous collective finished), 'duration' the raw [launch, done]."""
+def fit_table(comm: pd.DataFrame, duration: str = "service", headline: bool = True,
+              compute: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Rows the fit uses: one per comm event with bytes > 0, with its hop count, bus bytes, the
+    measured time (s) and ``busy``, the fraction of it spent under compute (0 without ``compute``).
+    ``duration='service'`` uses analysis.comm_service (time after the last rank launched and the
+    previous collective finished), 'duration' the raw [launch, done]."""
     rows = comm[(comm["bytes"] > 0) & (comm["group_size"] > 1)].copy()
     if headline and rows["step"].nunique() > 1:
         rows = rows[rows["step"] > rows["step"].min()]
+    rows["busy"] = 0.0
     if duration == "service":
         col = "service_ns"
-        if col not in rows:
-            rows = rows.join(A.comm_service(comm)["service_ns"])
+        if col not in rows or (compute is not None and "service_hidden_ns" not in rows):
+            svc = A.comm_service(comm, compute)
+            rows = rows.drop(columns=[c for c in svc.columns if c in rows]).join(svc)
+        if "service_hidden_ns" in rows:
+            rows["busy"] = (rows["service_hidden_ns"] / rows[col]).where(rows[col] > 0, 0.0).fillna(0.0)
     elif duration == "duration":
         col = "duration_ns"
     else:
@@ -296,30 +303,62 @@ def fit_table(comm: pd.DataFrame, duration: str = "service", headline: bool = Tr
     return rows
 
 
-def fit_alpha_beta(comm: pd.DataFrame, duration: str = "service", headline: bool = True) -> Fit:
-    """Least squares t = α·hops + β·bus_bytes over the run's comm events (ring conventions).
-    Negative coefficients are clamped to 0 and the other one refitted alone."""
-    rows = fit_table(comm, duration, headline)
+
+def _nonneg_lstsq(cols: list[np.ndarray], y: np.ndarray, bandwidth: int) -> np.ndarray | None:
+    """Least squares; None unless every coefficient is >= 0 (to rounding) and the bandwidth one > 0."""
+    coef = np.linalg.lstsq(np.column_stack(cols), y, rcond=None)[0]
+    tol = 1e-9 * np.abs(coef).max()
+    if coef[bandwidth] <= 0 or np.any(coef < -tol):
+        return None
+    return np.maximum(coef, 0.0)
+
+
+def _solve(X: np.ndarray, busy: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(α, β, κ) for t = α·hops + β·bb·(1 + κ·busy), using only what the data can tell apart.
+    Few distinct points are common (a run has one or two bucket sizes): then the first-order
+    effects are kept. When some transfers ran under compute and others did not, contention (κ)
+    is fitted before latency: for megabyte buckets α is second order, while on CPU ranks comm
+    threads competing with compute halve the bandwidth."""
+    hops, bb = X[:, 0], X[:, 1]
+    points = len(np.unique(np.c_[hops, bb, np.round(bb * busy, -4)], axis=0))
+    busy_varies = busy.std() > 0.05
+    if points >= 3 and busy_varies:
+        c = _nonneg_lstsq([hops, bb, bb * busy], y, 1)
+        if c is not None:
+            return float(c[0]), float(c[1]), float(c[2] / c[1])
+    if busy_varies:
+        c = _nonneg_lstsq([bb, bb * busy], y, 0)
+        if c is not None:
+            return 0.0, float(c[0]), float(c[1] / c[0])
+    if len(np.unique(X, axis=0)) >= 2:
+        c = _nonneg_lstsq([hops, bb], y, 1)
+        if c is not None:
+            return float(c[0]), float(c[1]), 0.0
+    c = np.linalg.lstsq(bb[:, None], y, rcond=None)[0]      # one size: all of it is bandwidth
+    if c[0] > 0:
+        return 0.0, float(c[0]), 0.0
+    return float(np.linalg.lstsq(hops[:, None], y, rcond=None)[0][0]), 0.0, 0.0
+
+def fit_alpha_beta(comm: pd.DataFrame, duration: str = "service", headline: bool = True,
+                   compute: pd.DataFrame | None = None) -> Fit:
+    """Least squares t = α·hops + β·bus_bytes·(1 + κ·busy) over the run's comm events (ring
+    conventions; busy = fraction of the event under compute, so κ measures how much slower the
+    link is while compute competes for the device, as gloo threads do for CPU cores). Which of
+    α, β, κ are fitted depends on what the events can tell apart (see _solve)."""
+    rows = fit_table(comm, duration, headline, compute)
     if len(rows) < 2:
         raise ValueError(f"need at least 2 comm events with bytes to fit (found {len(rows)})")
     X = rows[["hops", "bus_bytes"]].to_numpy(dtype=float)
     y = rows["t_s"].to_numpy()
-    if len(np.unique(X, axis=0)) < 2:
-        # One message size: α and β cannot be told apart; charge it all to bandwidth (α = 0).
-        a, b = 0.0, float(np.linalg.lstsq(X[:, 1:], y, rcond=None)[0][0])
-    else:
-        a, b = np.linalg.lstsq(X, y, rcond=None)[0]
-        if b <= 0:   # latency only (sizes too close, or noise)
-            a, b = float(np.linalg.lstsq(X[:, :1], y, rcond=None)[0][0]), 0.0
-        if a < 0:
-            a, b = 0.0, float(np.linalg.lstsq(X[:, 1:], y, rcond=None)[0][0])
-    pred = X @ np.array([max(a, 0.0), max(b, 0.0)])
+    busy = rows["busy"].to_numpy(dtype=float)
+    a, b, kappa = _solve(X, busy, y)
+    pred = X[:, 0] * a + X[:, 1] * b * (1 + kappa * busy)
     res = y - pred
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.abs(res) / np.where(y > 0, y, np.nan)
-    return Fit(alpha_s=max(a, 0.0), beta_s_per_byte=max(b, 0.0), r2=r2,
+    return Fit(alpha_s=a, beta_s_per_byte=b, r2=r2, contention=kappa,
                rms_residual_s=float(np.sqrt((res ** 2).mean())),
                median_abs_rel_residual=float(np.nanmedian(rel)) if np.isfinite(rel).any() else float("nan"),
                n=len(rows), duration=duration, ops=tuple(sorted(set(rows["op"].astype(str)))),
@@ -333,9 +372,11 @@ def fit_run(run, duration: str = "service", kinds=S.COMM_KINDS) -> tuple[Fit, pd
     comm = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)].reset_index(drop=True)
     if not len(comm):
         raise ValueError(f"{run.name}: no bucket or collective events to fit")
-    fit = fit_alpha_beta(comm, duration)
-    rows = fit_table(comm, duration)
-    rows["pred_s"] = rows["hops"] * fit.alpha_s + rows["bus_bytes"] * fit.beta_s_per_byte
+    compute = A.compute_intervals(run.events)
+    fit = fit_alpha_beta(comm, duration, compute=compute)
+    rows = fit_table(comm, duration, compute=compute)
+    rows["pred_s"] = rows["hops"] * fit.alpha_s + rows["bus_bytes"] * fit.beta_s_per_byte * (
+        1 + fit.contention * rows["busy"])
     return fit, rows
 
 
@@ -343,7 +384,7 @@ def fit_run(run, duration: str = "service", kinds=S.COMM_KINDS) -> tuple[Fit, pd
 
 def _size_bins(rows: pd.DataFrame) -> pd.DataFrame:
     g = rows.assign(op=rows["op"].astype(str)).groupby(["op", "group_size", "bytes"], sort=True)
-    return g.agg(count=("t_s", "size"), measured=("t_s", "median"), predicted=("pred_s", "first")).reset_index()
+    return g.agg(count=("t_s", "size"), measured=("t_s", "median"), predicted=("pred_s", "median")).reset_index()
 
 
 @click.command("fit", context_settings={"help_option_names": ["-h", "--help"]})
@@ -376,6 +417,9 @@ def fit_command(run_dir, duration, as_json):
               f"steps after the first)")
     con.print(f"  α = {fit.alpha_s * 1e6:.1f} µs per hop    β = {fit.beta_s_per_byte * 1e9:.4f} ns/byte "
               f"(bus bandwidth {fit.busbw_gbps:.3f} GB/s)")
+    if fit.contention > 0:
+        con.print(f"  κ = {fit.contention:.2f}: the bandwidth term is {100 * fit.contention:.0f}% slower while "
+                  "compute runs (they compete for the device)")
     con.print(f"  R² = {fit.r2:.3f}   RMS residual {fit.rms_residual_s * 1e3:.3f} ms   "
               f"median |residual| {100 * fit.median_abs_rel_residual:.1f}% of the measured time")
     t = Table(title="Measured (median) vs fitted time per message", title_justify="left")

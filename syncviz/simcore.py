@@ -108,6 +108,7 @@ class Profile:
     param_index: np.ndarray       # index in model.parameters()
     forward_ns: float
     optimizer_ns: float           # unsharded optimizer step
+    pre_backward_ns: float = 0.0  # forward end → backward start (loss, .backward() call)
     gap_ns: float = 0.0           # between optimizer end and the next forward (data, zero_grad)
     post_comm_ns: float = 0.0     # after the last bucket, before the optimizer (copy-back)
     hook_ns: float = 20_000.0     # launch overhead of a bucket after its last gradient is ready
@@ -185,10 +186,14 @@ def profile_from_run(run) -> Profile:
     if (ev["micro"] > 0).any():
         raise ValueError(f"{run.name}: gradient accumulation (micro-steps) is not simulated; record with --accum 1")
     kind = ev["kind"].astype(str)
-    dur = lambda k: ev[kind == k].groupby(["rank", "step"])["end_ns"].max() - \
-        ev[kind == k].groupby(["rank", "step"])["start_ns"].min()   # noqa: E731
-    fwd, opt = dur(S.FORWARD), dur(S.OPTIMIZER)
-    bstart = ev[kind == S.BACKWARD].groupby(["rank", "step"])["start_ns"].min()
+    first = lambda k, col="start_ns": ev[kind == k].groupby(["rank", "step"])[col].min()  # noqa: E731
+    last = lambda k: ev[kind == k].groupby(["rank", "step"])["end_ns"].max()              # noqa: E731
+    opt_rows = A.innermost_optimizer_rows(ev[kind == S.OPTIMIZER]) if hasattr(A, "innermost_optimizer_rows") \
+        else ev[kind == S.OPTIMIZER]
+    fwd = last(S.FORWARD) - first(S.FORWARD)
+    opt = opt_rows.groupby(["rank", "step"])["end_ns"].max() - opt_rows.groupby(["rank", "step"])["start_ns"].min()
+    bstart = first(S.BACKWARD)
+    pre = bstart - last(S.FORWARD).reindex(bstart.index)
     if not len(fwd) or not len(bstart):
         raise ValueError(f"{run.name}: no forward/backward events in steps after the first")
     lay = run.layouts
@@ -217,6 +222,7 @@ def profile_from_run(run) -> Profile:
     return Profile(run.name, lay["param"].astype(str).tolist(), lay["numel"].to_numpy(dtype=np.int64),
                    np.maximum(lay["ready"].to_numpy(dtype=float), 0.0), layer.to_numpy(),
                    lay["param_index"].to_numpy(), forward_ns=_median(fwd), optimizer_ns=_median(opt),
+                   pre_backward_ns=max(_median(pre), 0.0),
                    gap_ns=max(_median(gaps), 0.0), post_comm_ns=_median(post),
                    hook_ns=max(_median(buckets["launch_delay_ns"]), 0.0) if len(buckets) else 20_000.0,
                    grad_dtype=dtype, param_dtype=dtype, device=run.meta.get("device") or "cpu",
@@ -279,6 +285,7 @@ class SimConfig:
     compression: str = "none"
     jitter: Jitter = field(default_factory=Jitter)
     gpus_per_node: int = 8
+    contention: float = 0.0       # κ (costmodel.Fit): collectives (1+κ)× slower while backward runs
 
     def validate(self) -> "SimConfig":
         if self.world_size < 1:
@@ -297,6 +304,8 @@ class SimConfig:
             raise ValueError(f"unknown algorithm {self.algo!r}; choose from {', '.join(CM.ALGOS)}")
         if self.gpus_per_node < 1:
             raise ValueError("GPUs per node must be >= 1")
+        if not self.contention >= 0:
+            raise ValueError(f"contention must be >= 0 (got {self.contention})")
         self.link.validate()
         return self
 
@@ -330,6 +339,22 @@ def serial_stream(ready: np.ndarray, dur: np.ndarray) -> np.ndarray:
     (rows = steps, vectorized)."""
     csum = np.cumsum(dur, axis=1)
     return csum + np.maximum.accumulate(ready - (csum - dur), axis=1)
+
+
+def contended_stream(ready: np.ndarray, dur: np.ndarray, busy_until: np.ndarray, kappa: float) -> np.ndarray:
+    """serial_stream where a collective runs (1+κ)× slower before ``busy_until`` (per step): the
+    part of its work left at that moment finishes at full speed."""
+    end = np.full(ready.shape[0], -np.inf)
+    out = np.empty_like(ready)
+    slow = 1.0 + kappa
+    for k in range(ready.shape[1]):
+        start = np.maximum(ready[:, k], end)
+        d = dur[:, k]
+        left = busy_until - start                                 # busy time ahead of it
+        end = np.where(left <= 0, start + d,
+                       np.where(d * slow <= left, start + d * slow, busy_until + d - left / slow))
+        out[:, k] = end
+    return out
 
 
 class Timeline:
@@ -396,8 +421,12 @@ class Timeline:
         if cfg.strategy == "ddp":           # a rank starts its next step after its own optimizer
             prev[:, 1:] = self.c[:, :-1] * (post + self.opt_ns)
         self.a = prev + self.d + np.where(np.arange(s) > 0, gap, 0.0)[None, :]
-        launch_max = max_affine(self.a, self.c, p.forward_ns + self.x) + p.hook_ns
-        self.e = serial_stream(launch_max, t[None, :] * self._noise((s, k)))
+        launch_max = max_affine(self.a, self.c, p.forward_ns + p.pre_backward_ns + self.x) + p.hook_ns
+        durations = t[None, :] * self._noise((s, k))
+        if cfg.contention > 0:   # slower until the slowest rank's backward ends (its last gradient)
+            self.e = contended_stream(launch_max, durations, launch_max[:, -1] - p.hook_ns, cfg.contention)
+        else:
+            self.e = serial_stream(launch_max, durations)
         self.E = self.e[:, -1]
         if cfg.strategy == "ddp":
             self.ag_end = None
@@ -451,6 +480,7 @@ class Timeline:
             z["fwd"].append((cs, comp_end))
             issue = cs                                          # prefetch the next unit
         bwd_total = p.backward_ns
+        comp_end = comp_end + C * p.pre_backward_ns
         ag_b = {u - 1: (comp_end, run(comp_end, t_ag[u - 1]))}
         prev_end = comp_end
         for i in reversed(range(u)):

@@ -112,16 +112,17 @@ def _block_times(tl, r: int) -> dict[str, tuple]:
                 "rs": (rs_launch, Gc + z["rs_end"], rs_launch, rs_launch),
                 "optimizer": (opt_start, opt_end, None, None)}
     fwd_end = t0 + c * p.forward_ns
-    ready = col(fwd_end) + col(c) * tl.x[None, :]
+    bwd_start = fwd_end + c * p.pre_backward_ns
+    ready = col(bwd_start) + col(c) * tl.x[None, :]
     launch = ready + p.hook_ns
     bucket_end = np.maximum(col(G) + tl.e, launch)
     out = {"step": (t0, opt_end if tl.ag_end is None else G + tl.ag_end[:, -1], None, None),
            "forward": (t0, fwd_end, None, None),
-           "backward": (fwd_end, fwd_end + c * p.backward_ns, None, None),
+           "backward": (bwd_start, bwd_start + c * p.backward_ns, None, None),
            "bucket": (launch, bucket_end, ready, launch),
            "optimizer": (opt_start, opt_end, None, None)}
     if "grad_param" in tl.blocks_used:
-        t = col(fwd_end) + col(c) * p.ready_ns[None, :]
+        t = col(bwd_start) + col(c) * p.ready_ns[None, :]
         out["grad_param"] = (t, t, None, None)
     if "grad_bucket" in tl.blocks_used:
         out["grad_bucket"] = (ready, ready, None, None)

@@ -55,10 +55,12 @@ def run_meta(name: str, tl: Timeline, extra: dict | None = None) -> dict:
                             "node": r // gpn, "clock_offset_ns": 0, "clock_error_ns": 0}
                            for r in range(cfg.world_size)])
     meta["simulated"] = {
-        "link": asdict(cfg.link), "algo": cfg.algo, "strategy": cfg.strategy, "compression": cfg.compression,
+        "link": asdict(cfg.link), "algo": cfg.algo, "contention": cfg.contention, "strategy": cfg.strategy,
+        "compression": cfg.compression,
         "jitter": asdict(cfg.jitter), "gpus_per_node": gpn, "buckets": int(len(getattr(tl, "x", []))),
         "units": int(getattr(tl, "units", 0)),
-        "profile": {"name": p.name, "forward_ns": p.forward_ns, "backward_ns": p.backward_ns,
+        "profile": {"name": p.name, "forward_ns": p.forward_ns, "pre_backward_ns": p.pre_backward_ns,
+                    "backward_ns": p.backward_ns,
                     "optimizer_ns": p.optimizer_ns, "gap_ns": p.gap_ns, "post_comm_ns": p.post_comm_ns,
                     "hook_ns": p.hook_ns, "tensors": len(p.tensor_names), "grad_dtype": p.grad_dtype,
                     "param_dtype": p.param_dtype, **p.source},
@@ -189,6 +191,8 @@ def simulate_command(source_run, preset, model_name, params, layers, tokens, tfl
                             cap=scen.bucket_cap_mb if scen else 25.0, first=1.0, steps=scen.steps if scen else 20)
             extra["preset"] = preset
         link = _link(link_name, link_gbps, link_latency_us, fitted, scen.link if scen else "nvlink")
+        # contention was measured with the recorded link and devices; it does not carry to others
+        contention = extra["fit"]["contention"] if fitted is not None and link is fitted else 0.0
         srank, slow = _straggler(straggler)
         jit = replace(Jitter(), seed=seed, straggler=srank, straggler_slowdown=slow) if jitter else \
             replace(Jitter.none(), seed=seed, straggler=srank, straggler_slowdown=slow)
@@ -198,7 +202,7 @@ def simulate_command(source_run, preset, model_name, params, layers, tokens, tfl
                         bucket_cap_mb=bucket_cap_mb if bucket_cap_mb is not None else defaults["cap"],
                         first_bucket_cap_mb=first_bucket_cap_mb if first_bucket_cap_mb is not None else defaults["first"],
                         link=link, algo=algo, compression=compression, jitter=jit,
-                        gpus_per_node=gpus_per_node).validate()
+                        gpus_per_node=gpus_per_node, contention=contention).validate()
         out = Path(out or f"traces/sim-{preset or profile.name}-{cfg.strategy}-{cfg.world_size}")
         _prepare_out(out, overwrite)
         res = simulate(profile, cfg, out, grad_ready=grad_ready, workers=workers, extra=extra)
