@@ -84,7 +84,10 @@ def _meta(tensors: Sequence[torch.Tensor], offsets: Sequence[int], device: torch
     block_start = (torch.arange(n_blocks, dtype=torch.int64) - first_block[block_tensor]) * block
     meta = torch.cat([torch.tensor(addrs, dtype=torch.int64), numel_t,
                       torch.tensor(list(offsets), dtype=torch.int64), block_tensor, block_start])
-    meta = meta.to(device)
+    if device.type == "cuda":
+        # Pinned + non_blocking: a pageable copy would synchronize the stream inside a backward
+        # hook (the caching host allocator keeps the pinned block alive until the copy is done).
+        meta = meta.pin_memory().to(device, non_blocking=True)
     _META_CACHE[key] = (meta, n_blocks)
     if len(_META_CACHE) > _META_CACHE_SIZE:
         _META_CACHE.popitem(last=False)
