@@ -113,9 +113,15 @@ def _block_times(tl, r: int) -> dict[str, tuple]:
                 "optimizer": (opt_start, opt_end, None, None)}
     fwd_end = t0 + c * p.forward_ns
     bwd_start = fwd_end + c * p.pre_backward_ns
-    ready = col(bwd_start) + col(c) * tl.x[None, :]
-    launch = ready + p.hook_ns
-    bucket_end = np.maximum(col(G) + tl.e, launch)
+    # The (steps × buckets) arrays dominate the cost: integers once, the global end computed once
+    # for all ranks (rounded up, so it never precedes a launch it waited for).
+    ready = np.multiply(col(c), tl.x[None, :])
+    ready += col(bwd_start)
+    ready = ready.astype(np.int64)
+    launch = ready + np.int64(p.hook_ns)
+    if getattr(tl, "_bucket_end", None) is None:
+        tl._bucket_end = np.ceil(col(G) + tl.e).astype(np.int64)
+    bucket_end = tl._bucket_end
     out = {"step": (t0, opt_end if tl.ag_end is None else G + tl.ag_end[:, -1], None, None),
            "forward": (t0, fwd_end, None, None),
            "backward": (bwd_start, bwd_start + c * p.backward_ns, None, None),

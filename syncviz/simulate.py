@@ -209,6 +209,8 @@ def simulate_command(source_run, preset, model_name, params, layers, tokens, tfl
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     _report(out, res, cfg, profile)
+    if scen is not None:
+        click.echo(f"preset {preset}: {scen.note}")
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
