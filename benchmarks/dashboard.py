@@ -1,0 +1,189 @@
+"""Dashboard speed in a real headless Chromium: open a run with ~1,000,000 bucket events on the
+Replay page, then move the step slider.
+
+    python benchmarks/dashboard.py                      # 64 ranks x 500 steps x 32 buckets
+    python benchmarks/dashboard.py --ranks 256 --steps 125
+
+Prints, for the cold open (fresh server, nothing cached) and a warm re-open, the time from
+navigation start to the drawn timeline, and for each slider move the server time of the redraw
+(the Server-Timing header of the callback request: analysis of the step + figure + JSON) and the
+time until the browser has drawn it. Targets (issue 5): open <= 3 s, slider redraw <= 200 ms of
+server time. The synthetic run is cached under --dir and reused when its shape matches.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+OPEN_TARGET_S = 3.0
+SLIDER_TARGET_MS = 200.0
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--no-first-run", "--enable-unsafe-swiftshader",
+                "--window-size=1500,1000"]
+
+# Injected before any page script: records performance.now() when the timeline shows a given step.
+WATCH_JS = """
+window.__drawn = {};
+setInterval(function () {
+  var gd = document.querySelector('#replay-timeline .js-plotly-plot');
+  if (!gd || !gd._fullLayout || !gd.layout || !gd.layout.meta || !gd.data || !gd.data.length) return;
+  var s = gd.layout.meta.step;
+  if (!(s in window.__drawn)) window.__drawn[s] = performance.now();
+}, 5);
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_run(root: Path, ranks: int, steps: int, buckets: int) -> Path:
+    from syncviz.dashboard.synth import write_synth_run
+    run = root / "big"
+    meta = run / "run.json"
+    if meta.exists():
+        m = json.loads(meta.read_text())
+        if (m.get("world_size"), m.get("steps_recorded"), m.get("bench_buckets")) == (ranks, steps, buckets):
+            return run
+        shutil.rmtree(run)
+    t = time.perf_counter()
+    write_synth_run(run, world=ranks, steps=steps, n_buckets=buckets, straggler=min(5, ranks - 1), straggle_ms=3)
+    m = json.loads(meta.read_text())
+    m["bench_buckets"] = buckets
+    meta.write_text(json.dumps(m))
+    print(f"wrote {run} ({ranks * steps * buckets:,} bucket events) in {time.perf_counter() - t:.1f} s")
+    return run
+
+
+def start_server(root: Path, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_dash-layout", timeout=2).read()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited: {proc.stdout.read()}")
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not start in 60 s")
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    opts = Options()
+    for f in CHROME_FLAGS:
+        opts.add_argument(f)
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium:
+        opts.binary_location = chromium
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_JS})
+    return driver
+
+
+def wait_drawn(driver, step: int, timeout: float = 60.0) -> float:
+    """ms after navigation start at which the timeline showed ``step``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        t = driver.execute_script("return window.__drawn && window.__drawn[arguments[0]];", step)
+        if t is not None:
+            return float(t)
+        time.sleep(0.01)
+    raise TimeoutError(f"step {step} was not drawn within {timeout} s")
+
+
+def last_callback_timing(driver, after_ms: float) -> list[float]:
+    """Server-Timing durations of the callback requests that started after ``after_ms``."""
+    return driver.execute_script("""
+        return performance.getEntriesByType('resource')
+          .filter(e => e.name.indexOf('_dash-update-component') >= 0 && e.startTime >= arguments[0])
+          .map(e => (e.serverTiming || []).filter(t => t.name === 'app').map(t => t.duration)[0]);
+    """, after_ms)
+
+
+def move_slider(driver, key) -> float:
+    from selenium.webdriver.common.by import By
+    thumb = driver.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    t = driver.execute_script("return performance.now();")
+    thumb.send_keys(key)
+    return t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--buckets", type=int, default=32)
+    ap.add_argument("--moves", type=int, default=10, help="slider moves to time")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "syncviz-bench-dash")
+    args = ap.parse_args(argv)
+    from selenium.webdriver.common.keys import Keys
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    run = make_run(args.dir, args.ranks, args.steps, args.buckets)
+    n_events = args.ranks * args.steps * args.buckets
+    size_mb = sum(p.stat().st_size for p in run.iterdir()) / 1e6
+    port = free_port()
+    server = start_server(args.dir, port)
+    driver = browser()
+    try:
+        url = f"http://127.0.0.1:{port}/replay?run=big"
+        driver.get(f"http://127.0.0.1:{port}/_dash-layout")   # chromium itself warmed up, not timed
+        driver.get(url)
+        cold_ms = wait_drawn(driver, 0)
+        cold_server = [t for t in last_callback_timing(driver, 0) if t is not None]
+        driver.get(url)
+        warm_ms = wait_drawn(driver, 0)
+
+        server_ms, browser_ms = [], []
+        keys = [Keys.ARROW_RIGHT] * (args.moves // 2) + [Keys.PAGE_UP] * (args.moves - args.moves // 2)
+        step = 0
+        for key in keys:
+            # Radix slider: ArrowRight = +1 step, PageUp = +10 steps (new steps: nothing cached).
+            expect = step + (1 if key == Keys.ARROW_RIGHT else 10)
+            t0 = move_slider(driver, key)
+            drawn = wait_drawn(driver, expect)
+            time.sleep(0.05)
+            timings = [t for t in last_callback_timing(driver, t0) if t is not None]
+            server_ms.append(max(timings) if timings else float("nan"))
+            browser_ms.append(drawn - t0)
+            step = expect
+    finally:
+        driver.quit()
+        server.terminate()
+        server.wait(10)
+
+    ok_open = cold_ms / 1e3 <= OPEN_TARGET_S
+    ok_slider = max(server_ms) <= SLIDER_TARGET_MS
+    print(f"run: {args.ranks} ranks x {args.steps} steps x {args.buckets} buckets = {n_events:,} bucket events "
+          f"({size_mb:.0f} MB on disk), {os.cpu_count()} CPU cores")
+    print(f"open replay page, cold server (load + first step): drawn {cold_ms / 1e3:.2f} s after navigation start "
+          f"(target <= {OPEN_TARGET_S:.0f} s: {'PASS' if ok_open else 'FAIL'}); slowest callback "
+          f"{max(cold_server) if cold_server else float('nan'):.0f} ms of server time")
+    print(f"open replay page, warm (run cached):           drawn {warm_ms / 1e3:.2f} s after navigation start")
+    print(f"slider moves ({len(server_ms)}, each to a step not drawn before): server time median "
+          f"{statistics.median(server_ms):.0f} ms, max {max(server_ms):.0f} ms (target <= {SLIDER_TARGET_MS:.0f} ms: "
+          f"{'PASS' if ok_slider else 'FAIL'}); key press -> drawn in the browser median "
+          f"{statistics.median(browser_ms):.0f} ms, max {max(browser_ms):.0f} ms")
+    return 0 if ok_open and ok_slider else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The Dash app and the ``syncviz dash ROOT`` command.
+
+Pages live in syncviz.dashboard.pages and register themselves with dash.register_page; their
+figures come from timeline.py / charts.py, their numbers from syncviz.analysis via store.py.
+The header holds the navigation and one run picker shared by every page (it survives page
+changes, and a ``?run=NAME`` in the address selects the run).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import time
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import click
+import dash
+from dash import Input, Output, State, dcc, html
+
+from . import components as C
+from .store import RunStore
+
+PAGES = ("runs", "replay", "buckets", "strategies", "ratios")
+
+
+def create_app(root: str | Path) -> dash.Dash:
+    """Build the app for the runs under ``root`` (one app per process: pages are module-level)."""
+    store = RunStore(root)
+    C.set_store(store)
+    app = dash.Dash(__name__, use_pages=True, pages_folder="", title="syncviz",
+                    assets_folder=str(Path(__file__).parent / "assets"),
+                    suppress_callback_exceptions=True, update_title=None)
+    import importlib
+    for page in PAGES:   # importing a page registers it (dash.register_page) and its callbacks
+        importlib.import_module(f"{__package__}.pages.{page}")
+    app.layout = shell
+    _server_timing(app.server)
+    return app
+
+
+def shell():
+    """The frame around every page (a function: the run list is read at each page load)."""
+    names = C.store().names()
+    nav = [dcc.Link(p["name"], href=p["relative_path"], className="nav-link", id=f"nav-{p['module'].split('.')[-1]}")
+           for p in sorted(dash.page_registry.values(), key=lambda p: p["order"])]
+    return html.Div([
+        dcc.Location(id="url"),
+        html.Header([
+            html.Span("syncviz", className="brand"),
+            html.Nav(nav, className="nav"),
+            html.Div([html.Span("run", className="picker-label"),
+                      dcc.Dropdown(id="run-picker", options=[{"label": n, "value": n} for n in names],
+                                   value=next(iter(C.store().readable_names()), None), clearable=False,
+                                   placeholder="no runs found", className="run-picker")],
+                     className="picker"),
+        ], className="header"),
+        html.Div(f"Serving {len(names)} run(s) under {C.store().root}", className="root-note"),
+        html.Main(dash.page_container, className="main"),
+    ])
+
+
+@dash.callback(Output("run-picker", "value"), Input("url", "search"), State("run-picker", "value"))
+def pick_from_url(search, current):
+    """``?run=NAME`` in the address selects the run (only names found under the root exist)."""
+    wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
+    if wanted and wanted in C.store().names():
+        return wanted
+    return current if current else dash.no_update
+
+
+@dash.callback([Output(f"nav-{p}", "href") for p in PAGES if p != "runs"], Input("run-picker", "value"))
+def keep_run_in_links(name):
+    return [C.run_href(p, name) for p in PAGES if p != "runs"]
+
+
+def _server_timing(server) -> None:
+    """Each response carries ``Server-Timing: app;dur=<ms>`` (request in → response built, so a
+    callback's figure and its JSON encoding are included). The benchmark reads it in the browser."""
+    from flask import g, request
+
+    @server.before_request
+    def _start():
+        g.syncviz_t0 = time.perf_counter()
+
+    @server.after_request
+    def _stamp(response):
+        t0 = getattr(g, "syncviz_t0", None)
+        if t0 is not None:
+            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1e3:.1f}"
+            if request.path.startswith("/_dash-update-component"):
+                response.headers["Timing-Allow-Origin"] = "*"
+        return response
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one clear line before Dash starts when the address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # As the server will: SO_REUSEADDR lets a restart reuse a port whose old connections are in
+        # TIME_WAIT, and still refuses a port another server is listening on.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise click.ClickException(f"port {port} on {host} is already in use; "
+                                           f"pick another with --port") from None
+            raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+@click.command("dash")
+@click.argument("root", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; the default serves this machine only.")
+@click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, reload on code change).")
+def dash_command(root: Path, port: int, host: str, debug: bool):
+    """Serve the Dash replay app for the runs under ROOT (a run directory or a folder of runs)."""
+    if not root.exists():
+        raise click.ClickException(f"{root}: no such directory")
+    _check_port(host, port)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("syncviz.dashboard").addHandler(handler)
+    if not debug:   # one line per request would bury the URL
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = create_app(root)
+    n = len(C.store().names())
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"syncviz dash: {n} run(s) under {C.store().root}")
+    click.echo(f"Open http://{shown}:{port}/   (Ctrl+C to stop)", err=False)
+    try:
+        app.run(host=host, port=port, debug=debug, dev_tools_silence_routes_logging=True)
+    except OSError as e:   # lost a race for the port between the check and the bind
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e}") from None
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise click.ClickException(f"cannot listen on {host}:{port} (port in use?)") from None
+        raise

@@ -1,0 +1,84 @@
+"""Small shared pieces of the pages: the store the app serves, error cards, number cards, formats."""
+from __future__ import annotations
+
+import logging
+import math
+from urllib.parse import quote
+
+from dash import dcc, html
+
+from syncviz.trace import TraceError
+
+from .store import RunStore
+
+log = logging.getLogger("syncviz.dashboard")
+_STORE: RunStore | None = None
+
+
+def set_store(store: RunStore) -> None:
+    global _STORE
+    _STORE = store
+
+
+def store() -> RunStore:
+    """The RunStore of the app in this process (one app per process, set by create_app)."""
+    if _STORE is None:
+        raise RuntimeError("syncviz.dashboard: create_app() was not called")
+    return _STORE
+
+
+def error_card(message: str, title: str = "Cannot show this run") -> html.Div:
+    return html.Div([html.B(title), html.Div(message, className="error-msg")], className="error-card")
+
+
+def problem_text(exc: Exception) -> str:
+    """One line for an error card; unexpected errors are logged with their traceback."""
+    if isinstance(exc, TraceError):
+        return str(exc)
+    log.exception("dashboard callback failed")
+    return f"{exc.__class__.__name__}: {str(exc)[:200]}"
+
+
+def fmt(value, digits: int = 2, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def fmt_bytes(n) -> str:
+    if n is None or n != n:
+        return "–"
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= k:
+            return f"{n / k:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def number_card(label: str, value: str, hint: str = "") -> html.Div:
+    return html.Div([html.Div(value, className="num"), html.Div(label, className="label")],
+                    className="card", title=hint)
+
+
+def run_href(page: str, name: str | None) -> str:
+    return f"/{page}?run={quote(name)}" if name else f"/{page}"
+
+
+def run_picker_note(name: str | None) -> html.Div | None:
+    if not name:
+        return html.Div("Pick a run in the box at the top right (or on the Runs page).", className="hint")
+    return None
+
+
+def status_badge(recording: bool, problems: list[str]) -> html.Span:
+    if recording:
+        return html.Span("● recording", className="badge live", title="run.json is not marked finished; "
+                         "new steps appear as ranks flush them")
+    if problems:
+        return html.Span("incomplete", className="badge warn", title="; ".join(problems))
+    return html.Span("finished", className="badge ok")
+
+
+def graph(id_, **kw) -> dcc.Graph:
+    return dcc.Graph(id=id_, config={"displaylogo": False, "scrollZoom": False}, **kw)

@@ -1,0 +1,51 @@
+"""Buckets: what went into each bucket (both layouts: DDP's initial one and the rebuilt one) and
+how each bucket's collective behaved: duration, bus bandwidth and launch delay distributions."""
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, html
+
+from syncviz import analysis as A
+
+from .. import charts as CH
+from .. import components as C
+from ..timeline import empty_figure
+
+
+GRAPHS = ("buckets-map", "buckets-duration", "buckets-busbw", "buckets-delay")
+
+
+def layout(**_query):
+    return html.Div([
+        html.H2("Buckets"),
+        html.P("Distributions are over every step and rank (boxes: min, quartiles, max; marker: median). "
+               "busbw follows nccl-tests' convention; GB/s = 1e9 bytes/s. Launch delay = launch − "
+               "the moment the bucket's last gradient was ready.", className="hint"),
+        html.Div(id="buckets-error"),
+        C.graph("buckets-map", figure=empty_figure("loading…")),
+        html.Div([C.graph("buckets-duration"), C.graph("buckets-busbw")], className="two"),
+        C.graph("buckets-delay"),
+    ])
+
+
+dash.register_page(__name__, path="/buckets", name="Buckets", order=2, title="syncviz · buckets", layout=layout)
+
+
+def bucket_figures(name: str) -> list[dict]:
+    run = C.store().get(name)
+    bm = run.bucket_table()
+    return [CH.bucket_map_figure(run.bucket_map()),
+            CH.distribution_figure(A.quantiles(bm, "bucket", "duration_ns"), "Duration per bucket", "ms", 1e-6),
+            CH.distribution_figure(A.quantiles(bm, "bucket", "busbw_gbps"), "Bus bandwidth per bucket", "GB/s"),
+            CH.distribution_figure(A.quantiles(bm, "bucket", "launch_delay_ns"), "Launch delay per bucket", "ms", 1e-6)]
+
+
+@dash.callback([Output(g, "figure") for g in GRAPHS] + [Output("buckets-error", "children")],
+               Input("run-picker", "value"))
+def draw(name):
+    if not name:
+        return [empty_figure("no run selected")] * len(GRAPHS) + [C.run_picker_note(name)]
+    try:
+        return bucket_figures(name) + [None]
+    except Exception as e:
+        return [empty_figure("nothing to draw")] * len(GRAPHS) + [C.error_card(C.problem_text(e))]
