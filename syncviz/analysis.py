@@ -568,7 +568,8 @@ def rank_lanes(run_or_events: Run | pd.DataFrame, stats=("min", "median", "max")
     median / max over ranks of start, end, ready and launch; ``rank`` holds the index in ``stats``.
     Analysis functions accept it like real events (one "rank" per statistic)."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
-    ev = ev[ev["kind"].isin(S.COMPUTE_KINDS + S.COMM_KINDS + (S.STEP,))]
+    # grad_ready rows too: backward compute ends at the last gradient ready (compute_intervals)
+    ev = ev[ev["kind"].isin(S.COMPUTE_KINDS + S.COMM_KINDS + (S.STEP, S.GRAD_READY))]
     keys = ["step", "micro", "kind", "bucket", "name", "op", "layout"]
     times = ["start_ns", "end_ns", "ready_ns", "launch_ns"]
     g = ev.groupby(keys, observed=True, sort=False)
