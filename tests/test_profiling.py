@@ -33,8 +33,9 @@ def mlp():
 
 
 def train(model, prof: StepProfiler, steps: int, call_begin: bool, fake_buckets=False, seed=0):
-    """A plain training loop reporting step boundaries; returns per-step wall times (ns) measured
-    from step begin to after on_step_end (so the profiler's own stop/write cost is included)."""
+    """A plain training loop reporting step boundaries; returns per step (step ns, on_step_end ns):
+    the step's own time (from before on_step_begin to the optimizer step's end, as syncviz's step
+    event spans forward → optimizer) and the time on_step_end took (profiler start/stop/write)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(seed)
     times = []
@@ -50,8 +51,9 @@ def train(model, prof: StepProfiler, steps: int, call_begin: bool, fake_buckets=
                 torch.cat([p.grad.flatten() for p in model.parameters()]).sum()
         opt.step()
         opt.zero_grad()
+        t1 = time.perf_counter_ns()
         prof.on_step_end(step)
-        times.append(time.perf_counter_ns() - t0)
+        times.append((t1 - t0, time.perf_counter_ns() - t1))
     prof.close()
     return times
 
@@ -146,38 +148,42 @@ def _ddp_rank(rank, world, port, run_dir, first, last, steps):
         dist.destroy_process_group()
 
 
-def profile_ddp(run_dir: Path, first=3, last=4, steps=10, world=2) -> list[list[int]]:
+def profile_ddp(run_dir: Path, first=3, last=4, steps=10, world=2) -> list[list]:
     """Train a small MLP under DDP on ``world`` gloo ranks, profiling steps first..last into
-    ``run_dir/profiler``; returns each rank's step times (ns)."""
+    ``run_dir/profiler``; returns per rank the (step ns, on_step_end ns) of every step."""
     import torch.multiprocessing as mp
     run_dir.mkdir(parents=True, exist_ok=True)
     mp.spawn(_ddp_rank, args=(world, free_port(), str(run_dir), first, last, steps), nprocs=world)
     return [json.loads(Path(run_dir, f"step-times-{r}.json").read_text()) for r in range(world)]
 
 
-def overhead_report(times: list[list[int]], first: int, last: int) -> str:
-    """Median step time inside vs outside the window (step 0 and the step after the window
-    excluded: warm-up, and first step after kineto teardown)."""
+def overhead_report(times: list[list], first: int, last: int) -> str:
+    """Median step time before, inside and after the profiled window (step 0 and 1 left out:
+    warm-up and DDP's bucket rebuild), and what on_step_end itself cost."""
     lines = []
     for rank, t in enumerate(times):
-        inside = [t[s] / 1e6 for s in range(first, last + 1)]
-        outside = [t[s] / 1e6 for s in range(1, len(t)) if not first <= s <= last]
-        lines.append(f"rank {rank}: profiled steps {first}-{last} median {statistics.median(inside):.2f} ms "
-                     f"({', '.join(f'{v:.2f}' for v in inside)}); other steps median "
-                     f"{statistics.median(outside):.2f} ms; all: {', '.join(f'{v / 1e6:.2f}' for v in t)}")
+        step = [a / 1e6 for a, _ in t]
+        hook = [b / 1e6 for _, b in t]
+        med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+        outside_hooks = [hook[s] for s in range(len(t)) if not first - 1 <= s <= last]
+        lines.append(
+            f"rank {rank}: median step ms before window {med(step[2:first]):.2f} | inside "
+            f"{first}-{last} {med(step[first:last + 1]):.2f} | after {med(step[last + 1:]):.2f}; "
+            f"on_step_end ms: start {hook[first - 1]:.2f}, stop+write {hook[last]:.2f}, "
+            f"outside the window max {max(outside_hooks):.3f}")
     return "\n".join(lines)
 
 
 @pytest.mark.slow
 def test_ddp_two_ranks_one_trace_per_rank(tmp_path):
-    times = profile_ddp(tmp_path, first=3, last=4, steps=10)
-    print("\n" + overhead_report(times, 3, 4))
+    times = profile_ddp(tmp_path, first=6, last=8, steps=16)
+    print("\n" + overhead_report(times, 6, 8))
     for rank in range(2):
         files = sorted(profiler_dir(tmp_path).glob(f"rank-{rank}.*.pt.trace.json.gz"))
         assert len(files) == 1
         trace = load_trace(files[0])
         assert trace["distributedInfo"]["world_size"] == 2 and trace["distributedInfo"]["rank"] == rank
-        assert names(trace, "ProfilerStep#") == ["ProfilerStep#3", "ProfilerStep#4"]
+        assert names(trace, "ProfilerStep#") == ["ProfilerStep#6", "ProfilerStep#7", "ProfilerStep#8"]
         assert "gloo:all_reduce" in names(trace, "gloo:")
         buckets = names(trace, "bucket ")
         assert len(buckets) >= 2 and all(b.endswith(" MB") for b in buckets)
