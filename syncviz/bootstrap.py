@@ -20,9 +20,8 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     out = os.environ["SYNCVIZ_OUT"]
     if os.environ.get("SYNCVIZ_PROFILE"):
-        from .profiling import StepProfiler
-        first, last = (int(x) for x in os.environ["SYNCVIZ_PROFILE"].split(":"))
-        profiler = StepProfiler(out, rank, first, last)
+        from .profiling import StepProfiler, parse_profile_steps
+        profiler = StepProfiler(out, rank, *parse_profile_steps(os.environ["SYNCVIZ_PROFILE"]))
     from . import record
     rec = record.start(out, name=os.environ.get("SYNCVIZ_RUN_NAME"), steps=os.environ.get("SYNCVIZ_STEPS"),
                        command=json.loads(os.environ.get("SYNCVIZ_COMMAND", "null")), profiler=profiler)

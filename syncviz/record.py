@@ -159,6 +159,7 @@ class Recorder:
         self._ready: list[tuple[int, int, int]] = []     # (param_index, t, micro)
         self._buckets: list[list] = []
         self._collectives: list[list] = []      # filled by syncviz.collectives (issue 3)
+        self.settle_collectives: Callable | None = None   # set by syncviz.collectives.install
         self._bwd_start: dict[int, int] = {}    # micro → t
         self._tls = threading.local()           # _in_bucket is per thread (see the property)
         self._quiet = 0                         # > 0 while syncviz runs its own collectives
@@ -416,6 +417,8 @@ class Recorder:
         t = self.now()
         if self._step_start is None:
             self._step_start = t
+            if self.profiler is not None:
+                self.profiler.on_step_begin(self.step)
             if self._cuda:
                 anchor = torch.cuda.Event(enable_timing=True)
                 anchor.record()
@@ -490,10 +493,11 @@ class Recorder:
 
     # ------------------------------------------------------------------------- profiling
     def profile_range(self, index: int, buf):
+        """A named range per bucket collective in torch.profiler traces (--profile), e.g.
+        "bucket 3 all_reduce 25.0 MB"; nothing outside the profiled steps."""
         if self.profiler is None:
             return contextlib.nullcontext()
-        mb = buf.numel() * buf.element_size() / 1e6
-        return torch.profiler.record_function(f"bucket {index} all_reduce {mb:.1f} MB")
+        return self.profiler.bucket_range(index, "all_reduce", buf.numel() * buf.element_size())
 
     # ------------------------------------------------------------------------- flush
     def end_step(self) -> None:
@@ -540,6 +544,8 @@ class Recorder:
     def _build_batch(self, step: int) -> dict[str, list]:
         base = self.offset_ns - self.t0
         cols = {c: [] for c in S.EVENT_COLUMNS}
+        if self._collectives and self.settle_collectives is not None:
+            self.settle_collectives(self._collectives)   # completion callbacks still queued
 
         def add(kind, name, start, end, micro=0, bucket=-1, op="", nbytes=0, dtype="", group_size=0,
                 ready=-1, launch=-1, phase="", layout=-1, logical=0):
