@@ -1,5 +1,7 @@
-"""Simulator throughput: 1,024 ranks × 1,000 steps × 100 buckets (DDP), simulated and written as a
-syncviz trace. Prints the time and events/s of each stage, and checks a rank reads back.
+"""Simulator throughput: 1,024 ranks × 1,000 steps × 100 buckets (DDP) simulated and written as a
+syncviz trace (target: 5 s). Prints the time and events/s, the bytes written, the CPU seconds the
+writer processes used, and the same run encoded but sent to /dev/null (the cost without the OS
+copying gigabytes into files); then reads one rank back with trace.load_run.
 
     python benchmarks/simulate.py [--out DIR] [--grad-ready none|bucket|param] [--workers N]
 """
@@ -7,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -14,24 +17,29 @@ import time
 import numpy as np
 
 
+def cpu_seconds() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--buckets", type=int, default=100)
-    ap.add_argument("--grad-ready", default="none", choices=("none", "bucket", "param"))
+    ap.add_argument("--grad-ready", default="none", choices=("none", "bucket", "param"),
+                    help="grad_ready rows (none: bucket rows carry each bucket's ready time)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default=None, help="parent directory for the run [a temporary one under /tmp]")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-dry-run", action="store_true", help="skip the /dev/null pass")
     a = ap.parse_args()
 
-    t_import = time.perf_counter()
     from syncviz import costmodel as CM
     from syncviz import simcore as SC
     from syncviz import simtrace as ST
     from syncviz.simulate import run_meta
     from syncviz.trace import load_run
-    t_import = time.perf_counter() - t_import
 
     # 100 tensors of 25 MiB (bf16 gradients), cap 25 MiB -> exactly one tensor per bucket.
     k, mib = a.buckets, 1024 * 1024
@@ -45,31 +53,42 @@ def main():
     parent = a.out or tempfile.mkdtemp(prefix="syncviz-bench-")
     out = os.path.join(parent, "sim-bench")
     shutil.rmtree(out, ignore_errors=True)
+    load0 = os.getloadavg()[0]
     try:
-        t0 = time.perf_counter()
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
         tl = SC.Timeline(prof, cfg)
         t1 = time.perf_counter()
         rows = ST.write(out, tl, run_meta("sim-bench", tl), grad_ready=a.grad_ready, workers=a.workers)
         t2 = time.perf_counter()
+        cpu = cpu_seconds() - cpu0
         size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
         total = t2 - t0
-        print(f"{a.ranks} ranks × {a.steps} steps × {len(tl.x)} buckets (grad_ready rows: {a.grad_ready}), "
-              f"{os.cpu_count()} CPUs, output {out}")
+        print(f"{a.ranks} ranks × {a.steps} steps × {len(tl.x)} buckets (grad_ready rows: {a.grad_ready}) "
+              f"-> {out}")
         print(f"  simulate (timeline)   {t1 - t0:7.3f} s")
         print(f"  build + write trace   {t2 - t1:7.3f} s   {size / 1e9:.2f} GB, {size / rows:.1f} bytes/event")
         print(f"  total                 {total:7.3f} s   {rows:,} events = {rows / total / 1e6:.1f} M events/s "
-              f"(bucket rows: {a.ranks * a.steps * len(tl.x):,})   [imports {t_import:.2f} s not counted]")
-        t3 = time.perf_counter()
+              f"(bucket rows: {a.ranks * a.steps * len(tl.x):,}); {cpu:.1f} CPU-s on {os.cpu_count()} CPUs, "
+              f"load average {load0:.1f} before, {os.getloadavg()[0]:.1f} after")
+        if not a.no_dry_run:
+            t3 = time.perf_counter()
+            tl = SC.Timeline(prof, cfg)
+            ST.write(out + "-dry", tl, run_meta("sim-bench", tl), grad_ready=a.grad_ready, workers=a.workers,
+                     dry_run=True)
+            dry = time.perf_counter() - t3
+            print(f"  same, bytes to /dev/null {dry:6.3f} s   {rows / dry / 1e6:.1f} M events/s")
+        t4 = time.perf_counter()
         run = load_run(out, ranks=[a.ranks - 1])
         ev = run.events
         assert len(ev) == rows // a.ranks and ev["step"].max() == a.steps - 1
-        assert (ev[ev["kind"] == "bucket"]["bucket"].nunique()) == len(tl.x)
-        print(f"  read back rank {a.ranks - 1}: {len(ev):,} events in {time.perf_counter() - t3:.2f} s (load_run)")
+        assert ev[ev["kind"] == "bucket"]["bucket"].nunique() == len(tl.x)
+        print(f"  read back rank {a.ranks - 1}: {len(ev):,} events in {time.perf_counter() - t4:.2f} s (load_run)")
     finally:
         if not a.keep:
             shutil.rmtree(out, ignore_errors=True)
-            if a.out is None:
-                shutil.rmtree(parent, ignore_errors=True)
+        shutil.rmtree(out + "-dry", ignore_errors=True)
+        if a.out is None and not a.keep:
+            shutil.rmtree(parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

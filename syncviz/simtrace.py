@@ -250,11 +250,13 @@ def _write_ranks(ranks: list[int]) -> int:
     for r in ranks:
         times = rank_times(tl, r, blocks, sizes, times)
         schema = enc.schema(r)
-        with pa.OSFile(str(run_dir / S.rank_file(r)), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+        path = os.devnull if _JOB.get("dry_run") else str(run_dir / S.rank_file(r))
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
             for b in enc.batches(times, schema):
                 w.write_batch(b)
                 rows += b.num_rows
-        with pa.OSFile(str(run_dir / S.layout_file(r)), "wb") as sink, pa.ipc.new_stream(
+        lpath = os.devnull if _JOB.get("dry_run") else str(run_dir / S.layout_file(r))
+        with pa.OSFile(lpath, "wb") as sink, pa.ipc.new_stream(
                 sink, S.LAYOUT_SCHEMA.with_metadata(S.stream_metadata(r))) as w:
             w.write_batch(layout)
     return rows
@@ -277,18 +279,24 @@ def layout_batch(tl) -> pa.RecordBatch:
 
 
 def write(run_dir, tl, meta: dict, *, grad_ready: str = "param", steps_per_batch: int | None = None,
-          workers: int | None = None) -> int:
-    """Write the simulated run; returns the number of event rows written."""
+          workers: int | None = None, dry_run: bool = False) -> int:
+    """Write the simulated run; returns the number of event rows written. ``dry_run`` encodes
+    every rank's stream but sends the bytes to /dev/null (benchmarks: the cost without the OS's)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     blocks, sizes = prepare(tl, grad_ready)
     width = sum(sizes)
-    spb = steps_per_batch or max(1, min(127, 65536 // width))
+    n_ranks = tl.cfg.world_size
+    if steps_per_batch is None:
+        # One batch per step, as recorders write (the dashboard finds a step's rows as whole
+        # batches), unless that means too many tiny batches: then up to 127 steps per batch.
+        steps_per_batch = 1 if n_ranks * tl.cfg.steps <= 20_000 else max(1, min(127, 65536 // width))
+    spb = steps_per_batch
     enc = _Encoder(tl, blocks, sizes, spb)
     n = tl.cfg.world_size
     if workers is None:
         workers = min(os.cpu_count() or 1, max(1, n * tl.cfg.steps * width // 2_000_000))
-    _JOB.update(tl=tl, blocks=blocks, sizes=sizes, enc=enc, dir=run_dir, layout=layout_batch(tl))
+    _JOB.update(tl=tl, blocks=blocks, sizes=sizes, enc=enc, dir=run_dir, layout=layout_batch(tl), dry_run=dry_run)
     try:
         if workers <= 1 or n == 1:
             rows = _write_ranks(list(range(n)))
