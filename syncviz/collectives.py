@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -142,24 +143,26 @@ def _wrap(name: str, orig, describe):
         _TLS.busy = True
         try:
             work = orig(*args, **kwargs)
+            returned = rec.now()
         finally:
             _TLS.busy = False
-        size = group.size() if group is not None else dist.get_world_size()
+        resolved = group or c10d._get_default_group()
+        size = resolved.size()
         label = name
-        coalesced = (group or c10d._get_default_group()) in c10d._world.pg_coalesce_state
+        coalesced = resolved in c10d._world.pg_coalesce_state
         if coalesced:
             label += " (coalesced)"
         elif not async_op and (tensor is None or not tensor.is_cuda):
             label += BLOCKING    # the host waited until the data had moved
         # schema.EVENT_COLUMNS order; step is set at flush, phase "" = derived from compute there
         row = [0, max(rec.micro, 0), S.COLLECTIVE, label, launch, -1, rec._in_bucket, op, nbytes,
-               _dtype(tensor), size, -1, launch, "", -1, nbytes]
+               _dtype(tensor), size, -1, launch, "", -1, nbytes, None]   # [16]: work while in flight
         if coalesced:
-            _COALESCED.setdefault(id(group), []).append(row)
+            _COALESCED.setdefault(id(resolved), []).append(row)
         elif async_op and work is not None:
             _on_completion(work, row, rec)
         else:
-            row[5] = rec.now()
+            row[5] = returned
         rec._collectives.append(row)
         return work
 
@@ -171,6 +174,7 @@ def _wrap(name: str, orig, describe):
 
 
 def _on_completion(work, row: list, rec) -> None:
+    row[16] = work
     try:
         fut = work.get_future()
     except RuntimeError:   # e.g. gloo's reduce_scatter_single: "Work::getFuture not implemented"
@@ -181,7 +185,25 @@ def _on_completion(work, row: list, rec) -> None:
 
     def done(_fut, row=row):
         row[5] = rec.now()
+        row[16] = None
     fut.add_done_callback(done)
+
+
+def settle(rows: list) -> None:
+    """At a step boundary (the recorder's flush): rows of finished works whose completion
+    callback has not run yet. The callback needs the GIL, and a waiter (PowerSGD's ``.wait()`` on
+    its Q all-reduce) can run ahead of it: yield the GIL briefly so queued callbacks stamp their
+    rows; a finished work still unstamped gets the flush time (an upper bound)."""
+    waiting = [r for r in rows if r[5] < 0 and len(r) > 16 and r[16] is not None]
+    for _ in range(20):
+        if not any(r[5] < 0 for r in waiting):
+            return
+        time.sleep(0.0001)
+    now = _REC.now() if _REC is not None else -1
+    for r in waiting:
+        if r[5] < 0 and r[16].is_completed():
+            r[5] = now
+        r[16] = None
 
 
 def _dtype(tensor) -> str:
@@ -200,6 +222,7 @@ def _patched_wait(orig_wait):
             entry = _PENDING.pop(id(self), None)
             if entry is not None and entry[0] is self and _REC is not None:
                 entry[1][5] = _REC.now()
+                entry[1][16] = None
         return out
     return wait
 
@@ -210,7 +233,7 @@ def _patched_coalescing_manager(orig_cm):
         with orig_cm(group, device, async_ops) as cm:
             yield cm
         # the batch was issued (and, unless async, completed) when the block closed
-        rows = _COALESCED.pop(id(group), [])
+        rows = _COALESCED.pop(id(group or c10d._get_default_group()), [])
         if _REC is not None:
             t = _REC.now()
             for row in rows:
@@ -245,6 +268,7 @@ def install(rec) -> None:
     recorder). Patches torch.distributed in place; ``uninstall()`` restores it."""
     global _REC
     _REC = rec
+    rec.settle_collectives = settle
     if _ORIG:
         return
     for name, describe in APIS.items():
