@@ -237,8 +237,9 @@ def render(comparisons: list[dict], console: Console) -> None:
     first = comparisons[0]
     console.print(f"[bold]compare[/bold]  {len(comparisons)} runs of "
                   f"{model_text(first)} on {first['world_size']} ranks ({first['backend']})", highlight=False)
-    t = Table(title="Per step (median of steady steps, ms; MB per rank)", title_justify="left")
-    for col in ("strategy", "step", "comm busy", "exposed", "overlap%", "MB/step", "vs ddp", "compress"):
+    t = Table(title="Per step, median of steady steps: step, comm busy and exposed comm in ms, overlap %, "
+                    "MB sent per rank, bytes vs DDP, compression (bucket bytes / bytes sent)", title_justify="left")
+    for col in ("strategy", "step", "comm", "exposed", "ovl%", "MB", "vs ddp", "compr"):
         t.add_column(col, justify="left" if col == "strategy" else "right")
     for c in comparisons:
         rel = c["bytes_per_step"] / base["bytes_per_step"] if base and base["bytes_per_step"] else None
@@ -255,14 +256,17 @@ def render(comparisons: list[dict], console: Console) -> None:
             b.add_row(_label(c, comparisons), o["op"], _f(o["calls_per_step"], "{:.1f}"), _mb(o["measured_bytes"]),
                       _mb(o["expected_bytes"]), _mb(o["textbook_bytes"]), ok)
     console.print(b)
-    mt = Table(title="Memory per rank, MB: measured / torch / textbook (after optimizer step 0)",
+    mt = Table(title="Memory per rank, MB: measured after optimizer step 0 (largest rank; 'at fwd' = "
+                     "parameters held when forward ends), equal to torch's expected?, textbook params/grads/optim",
                title_justify="left")
-    for col in ("strategy", "params", "grads", "optimizer", "params@fwd"):
+    for col in ("strategy", "params", "grads", "optim", "at fwd", "=torch", "textbook"):
         mt.add_column(col, justify="left" if col == "strategy" else "right")
+    keys = ("params_bytes", "grads_bytes", "optimizer_bytes")
     for c in comparisons:
         m, e, tb = c["memory"]["measured"], c["memory"]["expected"], c["memory"]["textbook"]
-        cells = [" / ".join(_mb(d.get(k)) for d in (m, e, tb)) for k in ("params_bytes", "grads_bytes", "optimizer_bytes")]
-        mt.add_row(_label(c, comparisons), *cells, _mb(m.get("params_after_forward_bytes")))
+        same = None if not e or m.get("params_bytes") is None else all(m.get(k) == e.get(k) for k in keys)
+        mt.add_row(_label(c, comparisons), *(_mb(m.get(k)) for k in keys), _mb(m.get("params_after_forward_bytes")),
+                   {True: "yes", False: "NO", None: "–"}[same], "/".join(_mb(tb.get(k)) for k in keys))
     console.print(mt)
     for n in backend_notes(comparisons):
         console.print(f"• {n}", highlight=False)
