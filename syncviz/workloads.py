@@ -38,6 +38,7 @@ class WorkloadConfig:
 
 
 STRATEGIES = ("ddp",)   # extended by syncviz.strategies when present
+SYNC_STRATEGIES = ("all_reduce", "reduce_scatter", "ddp")   # engine syncviz ("ddp" = all_reduce)
 
 
 def _strategies() -> tuple[str, ...]:
@@ -141,8 +142,12 @@ def train(cfg: WorkloadConfig) -> list[float]:
 def main(argv=None) -> None:
     import torch.distributed as dist
     cfg = parse_args(argv)
-    if cfg.strategy not in _strategies():
-        sys.exit(f"syncviz.workloads: unknown strategy {cfg.strategy!r}; choose from {', '.join(_strategies())}")
+    known = _strategies() if cfg.engine == "torch" else SYNC_STRATEGIES
+    if cfg.strategy not in known:
+        sys.exit(f"syncviz.workloads: unknown strategy {cfg.strategy!r} for engine {cfg.engine}; "
+                 f"choose from {', '.join(known)}")
+    if cfg.engine == "syncviz" and cfg.strategy == "ddp":
+        cfg.strategy = "all_reduce"
     dist.init_process_group(backend=os.environ.get("SYNCVIZ_BACKEND") or "gloo")
     try:
         from .record import get_recorder
@@ -181,7 +186,7 @@ def demo_command(preset, steps, nproc, out, strategy, engine, bucket_cap_mb, bat
         from .compare import demo_compare
         return demo_compare(preset=preset, steps=steps, nproc=nproc, out=out, bucket_cap_mb=bucket_cap_mb,
                             batch=batch, seq=seq)
-    known = _strategies() if engine == "torch" else ("all_reduce", "reduce_scatter", "ddp")
+    known = _strategies() if engine == "torch" else SYNC_STRATEGIES
     if strategy not in known:
         raise click.BadParameter(f"unknown strategy {strategy!r} for engine {engine}; choose from {', '.join(known)}",
                                  param_hint="--strategy")
