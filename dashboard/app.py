@@ -64,14 +64,17 @@ def shell():
 def pick_from_url(search, current):
     """``?run=NAME`` in the address selects the run (only names found under the root exist)."""
     wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
-    if wanted and wanted in C.store().names():
+    if wanted and C.store().has(wanted):
         return wanted
     return current if current else dash.no_update
 
 
-@dash.callback([Output(f"nav-{p}", "href") for p in PAGES if p != "runs"], Input("run-picker", "value"))
+RUN_PAGES = ("replay", "buckets", "ratios")   # pages about one run (Strategies compares several)
+
+
+@dash.callback([Output(f"nav-{p}", "href") for p in RUN_PAGES], Input("run-picker", "value"))
 def keep_run_in_links(name):
-    return [C.run_href(p, name) for p in PAGES if p != "runs"]
+    return [C.run_href(p, name) for p in RUN_PAGES]
 
 
 def _server_timing(server) -> None:

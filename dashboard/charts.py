@@ -118,7 +118,8 @@ def time_split_figure(by_run: dict[str, dict]) -> dict:
     return {"data": data, "layout": {"title": _title("Mean step time split (ms): compute, overlapped comm, exposed comm"),
                                      "barmode": "stack", "height": 120 + 50 * len(runs), "margin": {**MARGIN, "l": 160},
                                      "xaxis": {"title": {"text": "ms per step"}}, "yaxis": {"autorange": "reversed"},
-                                     "legend": {"orientation": "h", "y": -0.25}}}
+                                     "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0,
+                                                "xanchor": "right", "traceorder": "normal"}}}
 
 
 MEMORY_KEYS = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),

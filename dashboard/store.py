@@ -266,6 +266,12 @@ class LoadedRun:
         return int(self.step_list[max(i, 0)])
 
     @property
+    def start_step(self) -> int:
+        """Where the replay opens: the second step when there is one (step 0 includes warm-up and
+        DDP's bucket rebuild, as in analysis.headline_steps), else the first."""
+        return int(self.step_list[1]) if len(self.step_list) > 1 else self.first_step
+
+    @property
     def first_step(self) -> int:
         return int(self.step_list[0]) if len(self.step_list) else 0
 
@@ -288,10 +294,18 @@ class RunStore:
     def names(self) -> list[str]:
         return list(self._runs())
 
-    def _runs(self) -> dict[str, Path]:
+    def has(self, name) -> bool:
+        """Is ``name`` a run under the root (rescanning once for a run created since the last scan)?"""
+        try:
+            self.path_of(name)
+            return True
+        except TraceError:
+            return False
+
+    def _runs(self, refresh: bool = False) -> dict[str, Path]:
         with self._lock:
             when, runs = self._listed
-            if time.monotonic() - when < LIST_TTL_S:
+            if not refresh and time.monotonic() - when < LIST_TTL_S:
                 return runs
         runs = {}
         for p in T.find_runs(self.root):
@@ -318,6 +332,8 @@ class RunStore:
     def path_of(self, name: str) -> Path:
         """The directory of run ``name``; only names found under the root are accepted."""
         runs = self._runs()
+        if isinstance(name, str) and name not in runs:
+            runs = self._runs(refresh=True)   # a run created since the last scan
         if not isinstance(name, str) or name not in runs:
             raise TraceError(f"no run named {str(name)[:80]!r} under {self.root}")
         return runs[name]

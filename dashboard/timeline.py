@@ -97,6 +97,13 @@ def _gl_segments(name, y, start, end, color, width, legend=True):
             "line": {"color": color, "width": width}, "showlegend": legend, "connectgaps": False}
 
 
+def _bucket_colorbar(n_buckets: int) -> dict:
+    bar = {"title": {"text": "bucket"}, "thickness": 12}
+    if n_buckets <= 12:
+        bar["dtick"] = 1   # integer bucket indices, not 0.5 steps
+    return bar
+
+
 def _bucket_colors(buckets: np.ndarray, n_buckets: int) -> list[str]:
     from plotly.colors import sample_colorscale
     pos = np.clip(buckets, 0, None) / max(1, n_buckets - 1)
@@ -146,11 +153,11 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
                          "x": (s + e) / 2, "y": y, "customdata": custom, "hovertemplate": BUCKET_HOVER,
                          "marker": {"size": 4, "color": bb["bucket"].to_numpy(), "colorscale": BUCKET_SCALE,
                                     "cmin": 0, "cmax": max(1, n_buckets - 1),
-                                    "colorbar": {"title": {"text": "bucket"}, "thickness": 12}}})
+                                    "colorbar": _bucket_colorbar(n_buckets)}})
         else:
             data.append(_svg_bars("bucket collectives", y, s, e, bb["bucket"].to_numpy(), BUCKET_HOVER, custom,
                                   colorscale=BUCKET_SCALE, cmin=0, cmax=max(1, n_buckets - 1),
-                                  colorbar={"title": {"text": "bucket"}, "thickness": 12},
+                                  colorbar=_bucket_colorbar(n_buckets),
                                   line={"width": 0.5, "color": "rgba(0,0,0,0.45)"}))
         data.extend(_marks(bb, y, t0, gl))
     other = bars[~is_bucket & (bars["bucket"] < 0).to_numpy()] if len(bars) else bars

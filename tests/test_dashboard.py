@@ -241,7 +241,7 @@ def test_missing_step_is_clamped(app):
 def test_setup_slider_and_live_callbacks(app, store, tmp_path):
     from syncviz.dashboard.pages import replay
     first, last, marks, value, badge, live_off = replay.setup_slider("synth8", 5)
-    assert (first, last, value, live_off) == (0, 11, 0, True) and marks["11"] == "11"
+    assert (first, last, value, live_off) == (0, 11, 1, True) and marks["11"] == "11"   # opens after warm-up
     out = replay.follow_live(1, "synth8", 4, 11, ["follow"])
     assert out[0] is replay.dash.no_update           # nothing new
 

@@ -55,7 +55,7 @@ def slider_marks(first: int, last: int) -> dict:
                Output("replay-live", "disabled"),
                Input("run-picker", "value"), State("replay-step", "value"))
 def setup_slider(name, value):
-    """The run's steps on the slider, which starts at the first step."""
+    """The run's steps on the slider, which starts at the first step after warm-up."""
     try:
         run = C.store().get(name) if name else None
     except Exception as e:   # the draw callback shows the error card
@@ -63,9 +63,9 @@ def setup_slider(name, value):
         run = None
     if run is None:
         return 0, 0, None, dash.no_update if value == 0 else 0, "", True
-    first, last = run.first_step, run.last_step
+    first, last, start = run.first_step, run.last_step, run.start_step
     # Setting the value it already has would make the draw callback run twice.
-    return (first, last, slider_marks(first, last), dash.no_update if value == first else first,
+    return (first, last, slider_marks(first, last), dash.no_update if value == start else start,
             C.status_badge(run.recording, run.problems), not run.recording)
 
 

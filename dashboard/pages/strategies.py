@@ -39,7 +39,7 @@ dash.register_page(__name__, path="/strategies", name="Strategies", order=3, tit
 @dash.callback(Output("strategies-runs", "value"), Input("url", "search"), State("strategies-runs", "value"))
 def runs_from_url(search, current):
     """``/strategies?run=a&run=b`` (the Runs page's "compare" link) selects those runs."""
-    wanted = [n for n in parse_qs((search or "").lstrip("?")).get("run", []) if n in C.store().names()]
+    wanted = [n for n in parse_qs((search or "").lstrip("?")).get("run", []) if C.store().has(n)]
     return wanted or current or dash.no_update
 
 

@@ -1,0 +1,220 @@
+"""End to end in a real headless Chromium: the real `syncviz dash` server on a free port, sample runs
+(test_dashboard.build_root), play / pause, the step slider, hover, many ranks, broken runs, Live.
+Screenshots of every page go to $SYNCVIZ_SHOTS (default /tmp/syncviz-dashboard-shots)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from test_dashboard import append_live_step, build_root, free_port, write_live_steps
+
+pytestmark = pytest.mark.browser
+
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--no-first-run",
+                # WebGL (the many-rank lanes, long step series) in software: recent Chromium wants it asked for
+                "--enable-unsafe-swiftshader", "--window-size=1400,1000"]
+SHOTS = Path(os.environ.get("SYNCVIZ_SHOTS", "/tmp/syncviz-dashboard-shots"))
+WAIT_S = 60   # generous: the CI machine may be busy
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = build_root(tmp_path_factory.mktemp("dashb") / "runs")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + WAIT_S
+    while True:
+        try:
+            urllib.request.urlopen(base + "/_dash-layout", timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.fail(f"server did not start: {proc.stdout.read()}")
+            time.sleep(0.2)
+    yield base, root
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver_path = _chromium()
+    if not (chromium and driver_path):
+        pytest.skip("chromium and chromedriver must be on PATH (Debian: apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    opts = Options()
+    for f in CHROME_FLAGS:
+        opts.add_argument(f)
+    opts.binary_location = chromium
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+GRAPH_STATE = """
+var gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+if (!gd || !gd._fullLayout || !gd.data) return null;
+return {meta: gd._fullLayout.meta || null, traces: gd.data.map(t => [t.name, t.type, (t.y || t.z || []).length]),
+        ticks: (gd._fullLayout.yaxis || {}).ticktext || null, title: ((gd._fullLayout.title || {}).text) || ''};
+"""
+
+
+def graph(driver, gid):
+    return driver.execute_script(GRAPH_STATE, gid)
+
+
+def wait_for(fn, what, timeout=WAIT_S, driver=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    state = ""
+    if driver is not None:
+        state = f"; page: {text(driver, '#replay-error, #replay-status')!r}, graph: {graph(driver, 'replay-timeline')}"
+    raise AssertionError(f"timed out waiting for {what}{state}")
+
+
+def shown_step(driver):
+    g = graph(driver, "replay-timeline")
+    return g["meta"]["step"] if g and g["meta"] else None
+
+
+def text(driver, css):
+    from selenium.webdriver.common.by import By
+    return " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, css))
+
+
+def js_errors(driver):
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+
+
+def test_replay_play_pause_and_slider(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    base, _ = server
+    browser.get(f"{base}/replay?run=synth8")
+    wait_for(lambda: shown_step(browser) == 1, "opens at step 1 (after warm-up)")
+    g = graph(browser, "replay-timeline")
+    traces = {name: n for name, _, n in g["traces"]}
+    assert traces["bucket collectives"] == 8 * 6 and "exposed comm (not hidden by compute)" in traces
+    assert g["ticks"] == [f"rank {r}" for r in range(8)]
+    browser.save_screenshot(str(SHOTS / "replay.png"))
+
+    play = browser.find_element(By.ID, "replay-play")
+    play.click()
+    wait_for(lambda: (shown_step(browser) or 0) >= 3, "playing reaches step 3")
+    assert "Pause" in play.text
+    play.click()
+    wait_for(lambda: "Play" in play.text, "paused")
+    time.sleep(1.0)   # let a step already requested land
+    paused_at = shown_step(browser)
+    time.sleep(2.0)
+    assert shown_step(browser) == paused_at, "still moving after pause"
+
+    thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    thumb.send_keys(Keys.END)
+    wait_for(lambda: shown_step(browser) == 11, "slider to the last step")
+    thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    thumb.send_keys(Keys.HOME)
+    wait_for(lambda: shown_step(browser) == 0, "slider to the first step")
+    thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    thumb.send_keys(Keys.ARROW_RIGHT)
+    wait_for(lambda: shown_step(browser) == 1, "slider one step right")
+    assert "step 1" in graph(browser, "replay-timeline")["title"]
+    assert "server time" in text(browser, "#replay-info")
+    assert not js_errors(browser)
+
+
+def test_hover_shows_bucket_details(server, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    base, _ = server
+    browser.get(f"{base}/replay?run=ddp")
+    wait_for(lambda: shown_step(browser) == 1, "ddp drawn")
+    gd = browser.find_element(By.CSS_SELECTOR, "#replay-timeline .js-plotly-plot")
+    # the middle of rank 0's bucket 0 bar ([16, 26] ms on the comm band of lane 0), in page pixels
+    x, y, w, h = browser.execute_script("""
+        var gd = arguments[0], L = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [L._size.l + L.xaxis.l2p(21), L._size.t + L.yaxis.l2p(0.2), r.width, r.height];""", gd)
+    ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(y - h / 2)).perform()
+    hover = wait_for(lambda: text(browser, "#replay-timeline .hoverlayer"), "hover label", timeout=10)
+    assert "bucket 0" in hover and "busbw" in hover and "fc2.weight" in hover and "4.00 MB" in hover
+
+
+def test_many_ranks_aggregated(server, browser):
+    base, _ = server
+    browser.get(f"{base}/replay?run=synth24")
+    wait_for(lambda: shown_step(browser) == 1, "synth24 drawn")
+    assert graph(browser, "replay-timeline")["ticks"] == ["min", "median", "max"]
+    heat = wait_for(lambda: graph(browser, "replay-lateness"), "lateness heatmap")
+    assert heat["traces"][0][1] == "heatmap" and heat["traces"][0][2] == 24
+    browser.save_screenshot(str(SHOTS / "replay-24-ranks.png"))
+
+
+def test_broken_runs_show_error_cards_rest_works(server, browser):
+    base, _ = server
+    browser.get(f"{base}/")
+    wait_for(lambda: "corrupt JSON" in text(browser, ".runs-table"), "error card of the corrupt run")
+    wait_for(lambda: "GB/s" in text(browser, ".runs-table"), "numbers of the good runs")
+    assert "not an Arrow IPC stream" in text(browser, ".runs-table")
+    browser.save_screenshot(str(SHOTS / "runs.png"))
+    browser.get(f"{base}/replay?run=dash_bad_stream")
+    wait_for(lambda: "not an Arrow IPC stream" in text(browser, "#replay-error .error-card"), "replay error card")
+    browser.get(f"{base}/replay?run=synth8")
+    wait_for(lambda: shown_step(browser) == 1, "a good run after a broken one")
+    assert not text(browser, "#replay-error")
+
+
+def test_other_pages_draw(server, browser):
+    base, _ = server
+    for page, graphs in (("buckets", ["buckets-map", "buckets-duration", "buckets-busbw", "buckets-delay"]),
+                         ("ratios", ["ratios-steps", "ratios-skew"]),
+                         ("strategies", ["strategies-split", "strategies-bytes"])):
+        browser.get(f"{base}/{page}?run=synth8")
+        for gid in graphs:
+            wait_for(lambda: (graph(browser, gid) or {}).get("traces"), f"{page}: {gid} drawn")
+        browser.save_screenshot(str(SHOTS / f"{page}.png"))
+    assert "synth8" in text(browser, ".compare-table")
+    browser.get(f"{base}/strategies?run=ddp&run=synth8")
+    wait_for(lambda: "ddp" in text(browser, ".compare-table th") and "synth24" not in text(browser, ".compare-table th"),
+             "compare link selects its runs")
+
+
+def test_live_run_shows_new_steps(server, browser):
+    base, root = server
+    writers = write_live_steps(root / "live", steps=2)
+    try:
+        browser.get(f"{base}/replay?run=live")
+        wait_for(lambda: shown_step(browser) == 1, "live run drawn", driver=browser)
+        assert "recording" in text(browser, "#replay-status")
+        append_live_step(writers, 2)
+        # following: the slider moves to the newest step once a live tick sees the flushed files
+        browser.find_element("css selector", "#replay-step [role=slider]").send_keys("\ue010")   # End: follow from the end
+        wait_for(lambda: shown_step(browser) == 2, "the flushed step 2 shown", driver=browser)
+        append_live_step(writers, 3)
+        wait_for(lambda: shown_step(browser) == 3, "the flushed step 3 shown", driver=browser)
+        browser.save_screenshot(str(SHOTS / "live.png"))
+    finally:
+        for w in writers:
+            w.close()
