@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--reference-cap", type=float, default=25.0)
     ap.add_argument("--reference", default=None, help="fit on this existing run instead of recording one")
     ap.add_argument("--out", default="traces/bench-predict")
+    ap.add_argument("--reuse", action="store_true", help="keep complete runs already under --out")
     a = ap.parse_args()
 
     from syncviz.advise import print_sweep, sweep
@@ -32,7 +33,7 @@ def main():
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     res = sweep(preset=a.preset, caps=caps, steps=a.steps, out=a.out, reference_cap=a.reference_cap,
-                reference=a.reference, log=lambda m: print(m, flush=True))
+                reference=a.reference, reuse=a.reuse, log=lambda m: print(m, flush=True))
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()
     print_sweep(res)

@@ -37,6 +37,7 @@ def main():
 
     from syncviz import costmodel as CM
     from syncviz import simcore as SC
+    from syncviz import simprofile as SP
     from syncviz import simtrace as ST
     from syncviz.simulate import run_meta
     from syncviz.trace import load_run
@@ -44,7 +45,7 @@ def main():
     # 100 tensors of 25 MiB (bf16 gradients), cap 25 MiB -> exactly one tensor per bucket.
     k, mib = a.buckets, 1024 * 1024
     numel = np.full(k, 25 * mib // 2, dtype=np.int64)
-    prof = SC.Profile("bench-1.3B", [f"layers.{i}.weight" for i in range(k)], numel,
+    prof = SP.Profile("bench-1.3B", [f"layers.{i}.weight" for i in range(k)], numel,
                       ready_ns=np.linspace(1, k, k) * 0.6e6, layer=np.arange(k), param_index=np.arange(k)[::-1],
                       forward_ns=30e6, optimizer_ns=5e6, gap_ns=0.2e6, grad_dtype="bfloat16",
                       param_dtype="bfloat16")

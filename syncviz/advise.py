@@ -4,8 +4,9 @@ compression hook or a ZeRO strategy would pay off. ``syncviz sweep``: runs the b
 at several caps and prints predicted vs measured.
 
 Predictions come from syncviz.simulate.predict: the run's own compute timeline (per-gradient
-ready times, forward, optimizer) replayed through the DDP pipeline under the α-β(-κ) cost model
-fitted to the run's own buckets, measured with the same analysis functions as a real run.
+ready times, forward, optimizer, and how much the ranks' compute differs within a step) replayed
+through the DDP pipeline under the α-β(-κ) cost model fitted to the run's own buckets, and
+measured with the same analysis functions as a real run.
 """
 from __future__ import annotations
 
@@ -18,10 +19,14 @@ from pathlib import Path
 import click
 
 from . import costmodel as CM
-from .simcore import Jitter, Profile, SimConfig, profile_from_run
+from .simcore import Jitter, SimConfig
+from .simprofile import Profile, profile_from_run
 from .simulate import memory_for, predict
 
 DEFAULT_CAPS = (1, 2, 5, 10, 25, 50, 100, 250)
+# Simulated steps per prediction: the run's measured rank-to-rank compute spread is replayed as
+# noise (a slower rank makes the others wait), so medians need more than a handful of steps.
+PREDICT_STEPS = 16
 FIRST_CAPS = (1,)      # DDP's own default first bucket (1 MiB), tried besides "same as the cap"
 
 
@@ -51,8 +56,8 @@ def advise(run, caps=DEFAULT_CAPS, world_size: int | None = None, link: CM.Link 
     world = world_size or run.world_size
     same = link is None and world == run.world_size
     link = link or fit.link()
-    base = SimConfig(world_size=world, steps=4, bucket_cap_mb=cur_cap, first_bucket_cap_mb=cur_first, link=link,
-                     jitter=Jitter.none(), contention=fit.contention if same else 0.0)
+    base = SimConfig(world_size=world, steps=PREDICT_STEPS, bucket_cap_mb=cur_cap, first_bucket_cap_mb=cur_first,
+                     link=link, jitter=Jitter.measured(prof), contention=fit.contention if same else 0.0)
     current = predict(prof, base)
     measured = A.run_summary(run)
     rows = []
@@ -151,27 +156,46 @@ def advise_command(run_dir, caps, world_size, link_name, as_json):
 # ------------------------------------------------------------------------------------ sweep
 
 def sweep(*, preset="small", caps=(1, 5, 25, 100), steps=6, out="traces/sweep", reference_cap=25.0,
-          reference: str | None = None, batch=4, seq=64, log=print) -> dict:
-    """Fit on one run (the reference), predict every cap, run every cap, compare."""
+          reference: str | None = None, batch=4, seq=64, reuse=False, log=print) -> dict:
+    """Fit on one run (the reference), predict every cap, run every cap, compare. ``reuse`` keeps
+    complete runs already under ``out`` (an interrupted sweep resumes)."""
     from . import analysis as A
-    from .trace import load_run
+    from .trace import TraceError, load_run
     from .workloads import run_demo
     out = Path(out)
 
+    def complete(path: Path) -> bool:
+        try:
+            r = load_run(path)
+        except TraceError:
+            return False
+        return bool(r.meta.get("finished")) and r.events["step"].nunique() >= steps and not r.problems
+
     def run_cap(cap: float) -> Path:
+        path = out / f"cap-{cap:g}"
+        if reuse and complete(path):
+            log(f"  reusing {path}")
+            return path
         t0 = time.perf_counter()
-        path = run_demo(preset=preset, steps=steps, nproc=2, out=str(out / f"cap-{cap:g}"), bucket_cap_mb=cap,
-                        batch=batch, seq=seq, quiet=True)
+        try:
+            run_demo(preset=preset, steps=steps, nproc=2, out=str(path), bucket_cap_mb=cap, batch=batch,
+                     seq=seq, quiet=True)
+        except click.ClickException as e:
+            # A rank that dies at exit after writing every step (seen: gloo aborting in teardown)
+            # leaves a complete trace: measure it, and say so.
+            if not complete(path):
+                raise
+            log(f"  warning: {e.format_message()}; all {steps} steps were recorded, using them")
         log(f"  ran cap {cap:g} MB: {steps} steps in {time.perf_counter() - t0:.0f} s -> {path}")
-        return Path(path)
+        return path
 
     ref_path = Path(reference) if reference else run_cap(reference_cap)
     ref = load_run(ref_path)
     fit, _ = CM.fit_run(ref)
     prof: Profile = profile_from_run(ref)
     ref_cap = float((ref.meta.get("ddp") or {}).get("bucket_cap_mb") or reference_cap)
-    cfg = SimConfig(world_size=ref.world_size, steps=4, link=fit.link(), contention=fit.contention,
-                    jitter=Jitter.none())
+    cfg = SimConfig(world_size=ref.world_size, steps=PREDICT_STEPS, link=fit.link(), contention=fit.contention,
+                    jitter=Jitter.measured(prof))
     rows = []
     for cap in caps:
         # DDP given an explicit bucket_cap_mb (as the workload does) makes the first bucket as big
@@ -218,8 +242,9 @@ def print_sweep(res: dict) -> None:
 @click.option("--batch", default=4, show_default=True, type=click.IntRange(1))
 @click.option("--seq", default=64, show_default=True, type=click.IntRange(1))
 @click.option("--out", default="traces/sweep", show_default=True, help="Parent directory of the runs.")
+@click.option("--reuse", is_flag=True, help="Keep complete runs already under --out instead of re-running them.")
 @click.option("--json", "as_json", is_flag=True)
-def sweep_command(preset, caps, steps, reference_cap, reference, batch, seq, out, as_json):
+def sweep_command(preset, caps, steps, reference_cap, reference, batch, seq, out, reuse, as_json):
     """Run the built-in workload (2 gloo CPU ranks) at several bucket caps and print the cost
     model's predicted step time and exposed comm next to the measured ones."""
     caps = _caps(caps)
@@ -227,7 +252,7 @@ def sweep_command(preset, caps, steps, reference_cap, reference, batch, seq, out
         raise click.BadParameter("must be > 0", param_hint="--reference-cap")
     try:
         res = sweep(preset=preset, caps=caps, steps=steps, out=out, reference_cap=reference_cap,
-                    reference=reference, batch=batch, seq=seq, log=lambda m: click.echo(m, err=True))
+                    reference=reference, batch=batch, seq=seq, reuse=reuse, log=lambda m: click.echo(m, err=True))
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     if as_json:

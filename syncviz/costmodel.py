@@ -304,9 +304,14 @@ def fit_table(comm: pd.DataFrame, duration: str = "service", headline: bool = Tr
 
 
 
-def _nonneg_lstsq(cols: list[np.ndarray], y: np.ndarray, bandwidth: int) -> np.ndarray | None:
-    """Least squares; None unless every coefficient is >= 0 (to rounding) and the bandwidth one > 0."""
-    coef = np.linalg.lstsq(np.column_stack(cols), y, rcond=None)[0]
+MIN_GROUP = 3   # events of one (message size, busy or idle) kind before it counts as evidence
+
+
+def _nonneg_wlstsq(cols: list[np.ndarray], y: np.ndarray, w: np.ndarray, bandwidth: int) -> np.ndarray | None:
+    """Weighted least squares; None unless every coefficient is >= 0 (to rounding) and the
+    bandwidth one is > 0."""
+    sw = np.sqrt(w)
+    coef = np.linalg.lstsq(np.column_stack(cols) * sw[:, None], y * sw, rcond=None)[0]
     tol = 1e-9 * np.abs(coef).max()
     if coef[bandwidth] <= 0 or np.any(coef < -tol):
         return None
@@ -314,30 +319,42 @@ def _nonneg_lstsq(cols: list[np.ndarray], y: np.ndarray, bandwidth: int) -> np.n
 
 
 def _solve(X: np.ndarray, busy: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """(α, β, κ) for t = α·hops + β·bb·(1 + κ·busy), using only what the data can tell apart.
-    Few distinct points are common (a run has one or two bucket sizes): then the first-order
-    effects are kept. When some transfers ran under compute and others did not, contention (κ)
-    is fitted before latency: for megabyte buckets α is second order, while on CPU ranks comm
-    threads competing with compute halve the bandwidth."""
-    hops, bb = X[:, 0], X[:, 1]
-    points = len(np.unique(np.c_[hops, bb, np.round(bb * busy, -4)], axis=0))
-    busy_varies = busy.std() > 0.05
-    if points >= 3 and busy_varies:
-        c = _nonneg_lstsq([hops, bb, bb * busy], y, 1)
+    """(α, β, κ) for t = α·hops + β·bb·(1 + κ·busy), fitting only what the events can tell apart.
+
+    Events are grouped by (hops, bus bytes, under compute or not) and each group enters with its
+    median time, weighted by its size: one odd event (a bucket that happened to run after
+    backward) cannot move α. κ needs groups both under compute and outside it; α needs two sizes
+    at least 2× apart within one of those kinds. A run usually has one or two bucket sizes, so α
+    is often not identifiable: it is then 0 (for megabyte buckets it is second order, while
+    contention on CPU ranks, where gloo's threads compete with backward for cores, halves the
+    bandwidth)."""
+    cls = busy >= 0.5
+    g = pd.DataFrame({"hops": X[:, 0], "bb": X[:, 1], "cls": cls, "busy": busy, "t": y})
+    g = g.groupby(["hops", "bb", "cls"]).agg(t=("t", "median"), busy=("busy", "mean"), n=("t", "size")).reset_index()
+    ok = g[g["n"] >= MIN_GROUP]
+    if not len(ok):
+        ok = g
+    hops, bb, b, t, w = (ok[c].to_numpy(dtype=float) for c in ("hops", "bb", "busy", "t", "n"))
+    spread = ok.groupby("cls")["bb"].agg(lambda v: v.max() / max(v.min(), 1.0))
+    can_kappa = ok["cls"].nunique() == 2
+    can_alpha = bool(spread.max() >= 2.0)      # sizes a few % apart cannot separate α from β
+    if can_alpha and can_kappa:
+        c = _nonneg_wlstsq([hops, bb, bb * b], t, w, 1)
         if c is not None:
             return float(c[0]), float(c[1]), float(c[2] / c[1])
-    if busy_varies:
-        c = _nonneg_lstsq([bb, bb * busy], y, 0)
+    if can_kappa:
+        c = _nonneg_wlstsq([bb, bb * b], t, w, 0)
         if c is not None:
             return 0.0, float(c[0]), float(c[1] / c[0])
-    if len(np.unique(X, axis=0)) >= 2:
-        c = _nonneg_lstsq([hops, bb], y, 1)
+    if can_alpha:
+        c = _nonneg_wlstsq([hops, bb], t, w, 1)
         if c is not None:
             return float(c[0]), float(c[1]), 0.0
-    c = np.linalg.lstsq(bb[:, None], y, rcond=None)[0]      # one size: all of it is bandwidth
-    if c[0] > 0:
+    c = _nonneg_wlstsq([bb], t, w, 0)                   # all of it is bandwidth
+    if c is not None:
         return 0.0, float(c[0]), 0.0
-    return float(np.linalg.lstsq(hops[:, None], y, rcond=None)[0][0]), 0.0, 0.0
+    return float(np.average(t / np.maximum(hops, 1), weights=w)), 0.0, 0.0
+
 
 def fit_alpha_beta(comm: pd.DataFrame, duration: str = "service", headline: bool = True,
                    compute: pd.DataFrame | None = None) -> Fit:

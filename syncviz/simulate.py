@@ -19,8 +19,8 @@ import click
 
 from . import costmodel as CM
 from . import simtrace as ST
-from .simcore import (COMPRESSION, MODELS, SCENARIOS, STRATEGIES, Jitter, ModelSpec, Profile, SimConfig,
-                      Timeline, profile_from_run, profile_from_spec)
+from .simcore import COMPRESSION, STRATEGIES, Jitter, SimConfig, Timeline
+from .simprofile import MODELS, SCENARIOS, ModelSpec, Profile, profile_from_run, profile_from_spec
 
 GPU_MEMORY_GB = 80.0   # H100/A100-80GB: the teaching presets warn when model states exceed it
 

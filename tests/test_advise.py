@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from syncviz import analysis as A
 from syncviz import costmodel as CM
 from syncviz import simcore as SC
+from syncviz import simprofile as SP
 from syncviz import simtrace as ST
 from syncviz.advise import advise, sweep
 from syncviz.cli import cli
@@ -24,12 +25,12 @@ MS = 1e6
 LINK = CM.Link("test", busbw_gbps=0.5, latency_us=300.0)
 
 
-def profile() -> SC.Profile:
+def profile() -> SP.Profile:
     """Twelve 2 MB gradients ready every 2 ms of a 24 ms backward, then a 20 MB one at the end
     (a tied embedding): small caps pay latency, big caps wait for the last gradients."""
     numel = np.r_[np.full(12, 500_000), 5_000_000].astype(np.int64)
     ready = np.r_[np.arange(1, 13) * 2 * MS, 24 * MS]
-    return SC.Profile("adv", [f"blocks.{i}.w" for i in range(12)] + ["wte"], numel, ready,
+    return SP.Profile("adv", [f"blocks.{i}.w" for i in range(12)] + ["wte"], numel, ready,
                       layer=np.r_[np.arange(12)[::-1], -1], param_index=np.arange(13)[::-1],
                       forward_ns=10 * MS, optimizer_ns=3 * MS, hook_ns=50_000.0, grad_dtype="float32",
                       param_dtype="float32", device="cpu", backend="gloo")

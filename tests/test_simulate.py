@@ -14,6 +14,7 @@ from syncviz import analysis as A
 from syncviz import costmodel as CM
 from syncviz import schema as S
 from syncviz import simcore as SC
+from syncviz import simprofile as SP
 from syncviz import simtrace as ST
 from syncviz.cli import cli
 from syncviz.simulate import predict
@@ -25,13 +26,13 @@ MIB = 1024 * 1024
 SLOW = CM.Link("slow", busbw_gbps=1.0, latency_us=0.0)
 
 
-def two_tensor_profile(**kw) -> SC.Profile:
+def two_tensor_profile(**kw) -> SP.Profile:
     """Gradient t0 (4 MB, last block) ready 2 ms after backward starts, t1 (2 MB) at 10 ms;
     forward 5 ms, optimizer 1 ms (unsharded), no gaps or hook overhead."""
     args = dict(forward_ns=5 * MS, optimizer_ns=1 * MS, gap_ns=0.0, hook_ns=0.0, grad_dtype="float32",
                 param_dtype="float32")
     args.update(kw)
-    return SC.Profile("two", ["blocks.1.w", "blocks.0.w"], np.array([1_000_000, 500_000]),
+    return SP.Profile("two", ["blocks.1.w", "blocks.0.w"], np.array([1_000_000, 500_000]),
                       np.array([2 * MS, 10 * MS]), layer=np.array([1, 0]), param_index=np.array([1, 0]), **args)
 
 
@@ -192,7 +193,7 @@ def test_simulate_command_preset_and_views(tmp_path):
 
 
 def test_simulate_from_recorded_run(tmp_path, ddp_run):
-    prof = SC.profile_from_run(load_run(ddp_run))
+    prof = SP.profile_from_run(load_run(ddp_run))
     # tracebuild: backward starts at +10 ms, fc2.weight ready at +15, fc1.weight at +30
     assert prof.tensor_names == ["fc2.weight", "fc1.weight"]
     assert prof.ready_ns.tolist() == [5 * MS, 20 * MS] and prof.forward_ns == 10 * MS
@@ -235,8 +236,8 @@ def test_bad_model_descriptions_get_one_line_errors(tmp_path, args, message):
 
 
 def test_scenarios_run_for_every_strategy():
-    spec = SC.MODELS["gpt2-medium"]
+    spec = SP.MODELS["gpt2-medium"]
     for strategy in SC.STRATEGIES:
-        s = predict(SC.profile_from_spec(spec), SC.SimConfig(world_size=4, steps=3, strategy=strategy))
+        s = predict(SP.profile_from_spec(spec), SC.SimConfig(world_size=4, steps=3, strategy=strategy))
         assert s["step_ms"] > 0 and s["comm_busy_ms"] > 0, strategy
-    assert json.dumps(SC.SCENARIOS["llama70b-1024"].__dict__)
+    assert json.dumps(SP.SCENARIOS["llama70b-1024"].__dict__)
