@@ -111,6 +111,10 @@ class SimConfig:
             raise ValueError("GPUs per node must be >= 1")
         if not self.contention >= 0:
             raise ValueError(f"contention must be >= 0 (got {self.contention})")
+        if self.jitter.straggler >= self.world_size:
+            raise ValueError(f"straggler rank {self.jitter.straggler} is not below the world size {self.world_size}")
+        if not self.jitter.straggler_slowdown >= 0:
+            raise ValueError(f"straggler slowdown must be >= 0 (got {self.jitter.straggler_slowdown})")
         self.link.validate()
         return self
 

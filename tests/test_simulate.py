@@ -225,6 +225,8 @@ def test_predict_matches_the_written_trace(tmp_path):
     (["--preset", "gpt2-medium-8", "--world-size", "0"], "world size must be >= 1"),
     (["--preset", "gpt2-medium-8", "--bucket-cap-mb", "-1"], "bucket caps must be > 0"),
     (["--params", "1e6"], "missing --layers"),
+    (["--preset", "gpt2-medium-8", "--straggler", "9:0.2"], "straggler rank 9"),
+    (["--preset", "gpt2-medium-8", "--steps", "0"], "steps must be >= 1"),
 ])
 def test_bad_model_descriptions_get_one_line_errors(tmp_path, args, message):
     p = subprocess.run([sys.executable, "-m", "syncviz", "simulate", *args, "--out", str(tmp_path / "x")],
