@@ -400,7 +400,8 @@ def fit_run(run, duration: str = "service", kinds=S.COMM_KINDS) -> tuple[Fit, pd
 # ------------------------------------------------------------------------------------- CLI
 
 def _size_bins(rows: pd.DataFrame) -> pd.DataFrame:
-    g = rows.assign(op=rows["op"].astype(str)).groupby(["op", "group_size", "bytes"], sort=True)
+    rows = rows.assign(op=rows["op"].astype(str), under=np.where(rows["busy"] >= 0.5, "yes", "no"))
+    g = rows.groupby(["op", "group_size", "bytes", "under"], sort=True)
     return g.agg(count=("t_s", "size"), measured=("t_s", "median"), predicted=("pred_s", "median")).reset_index()
 
 
@@ -440,11 +441,11 @@ def fit_command(run_dir, duration, as_json):
     con.print(f"  R² = {fit.r2:.3f}   RMS residual {fit.rms_residual_s * 1e3:.3f} ms   "
               f"median |residual| {100 * fit.median_abs_rel_residual:.1f}% of the measured time")
     t = Table(title="Measured (median) vs fitted time per message", title_justify="left")
-    for c in ("op", "ranks", "MB", "count", "measured ms", "fitted ms", "error"):
+    for c in ("op", "ranks", "MB", "under compute", "count", "measured ms", "fitted ms", "error"):
         t.add_column(c, justify="right")
     for _, r in _size_bins(rows).iterrows():
         err = (r["predicted"] - r["measured"]) / r["measured"] if r["measured"] > 0 else float("nan")
-        t.add_row(r["op"], str(int(r["group_size"])), f"{r['bytes'] / 1e6:.2f}", str(int(r["count"])),
+        t.add_row(r["op"], str(int(r["group_size"])), f"{r['bytes'] / 1e6:.2f}", r["under"], str(int(r["count"])),
                   f"{r['measured'] * 1e3:.3f}", f"{r['predicted'] * 1e3:.3f}", f"{100 * err:+.0f}%")
     con.print(t)
     if fit.sizes < 2:

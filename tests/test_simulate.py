@@ -133,6 +133,18 @@ def test_compression_halves_fp32_bytes():
         SC.Timeline(two_tensor_profile(), cfg("zero2", compression="fp16"))
 
 
+def test_contended_stream_by_hand():
+    """κ = 1 (half speed) until t = 3: a 2-unit collective starting at 0 does 1.5 units by t = 3
+    and the remaining 0.5 at full speed (ends 3.5); the next one, all after, ends 5.5; one that
+    fits entirely before t = 3 takes twice as long."""
+    ends = SC.contended_stream(np.array([[0.0, 0.0]]), np.array([[2.0, 2.0]]), np.array([3.0]), 1.0)
+    assert ends.tolist() == [[3.5, 5.5]]
+    assert SC.contended_stream(np.array([[0.0]]), np.array([[1.0]]), np.array([3.0]), 1.0).tolist() == [[2.0]]
+    plain = SC.serial_stream(np.array([[0.0, 1.0]]), np.array([[2.0, 2.0]]))
+    assert plain.tolist() == SC.contended_stream(np.array([[0.0, 1.0]]), np.array([[2.0, 2.0]]),
+                                                 np.array([-1.0]), 1.0).tolist() == [[2.0, 4.0]]
+
+
 def test_max_affine_is_exact():
     rng = np.random.default_rng(1)
     a, c = rng.normal(0, 1, (300, 7)), rng.lognormal(0, 0.05, (300, 7))
