@@ -190,13 +190,19 @@ def notes(c: dict, run: Run) -> list[str]:
                    "each one, so none of that communication can overlap compute (on CUDA, FSDP2 overlaps "
                    "them on separate streams).")
     if c.get("collectives_busy_ms") is not None:
-        out.append(f"its bucket intervals include the hook's own compute (casting, low-rank factorization): "
+        work = "low-rank factorization" if s == "powersgd" else "casting to 16 bits and back"
+        out.append(f"its bucket intervals include the hook's own compute ({work}): "
                    f"comm busy {c['comm_busy_ms']:.2f} ms per step, of which the all_reduces themselves "
                    f"{c['collectives_busy_ms']:.2f} ms.")
     if s == "powersgd":
         start = ((run.meta.get("strategy_config") or {}).get("powersgd") or {}).get("start_powerSGD_iter")
         out.append(f"PowerSGD all-reduces uncompressed for the first {start} steps; bytes above are steps "
                    f"{', '.join(map(str, c['steady_steps']))}.")
+        one = ((run.meta.get("strategy_config") or {}).get("powersgd") or {}).get("one_bucket_mb")
+        if one:
+            out.append(f"ran with one {one:.0f} MB bucket: with several buckets torch's PowerSGD hook issues "
+                       "all-reduces from gloo callback threads in a different order on each rank and gloo "
+                       "aborts (collective size mismatch), untraced as well.")
     for o in c["ops"]:
         if o["matches"] is False:
             out.append(f"{o['op']}: measured {mb(o['measured_bytes'])} per step but torch's {s} should send "

@@ -16,6 +16,7 @@ all_reduce of the same bytes, to see whether the backend implements them as the 
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -60,8 +61,18 @@ def wrap(model: torch.nn.Module, cfg):
 
 def _ddp_family(model, cfg, strategy):
     from torch.nn.parallel import DistributedDataParallel as DDP
-    ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb, process_group=dist.group.WORLD)
     extra = {}
+    cap = cfg.bucket_cap_mb
+    if strategy == "powersgd" and dist.get_backend() == "gloo":
+        # torch's PowerSGD hook issues each bucket's P and Q all-reduces from future callbacks on
+        # gloo's worker threads; with several buckets their order differs between ranks and gloo
+        # aborts ("Received data size doesn't match expected size"), untraced too (GPT-small,
+        # 25 MB buckets, step 2). One bucket keeps the order.
+        grads_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
+        if grads_mb > cap:
+            cap = float(math.ceil(grads_mb) + 1)
+            extra["one_bucket_mb"] = cap
+    ddp = DDP(model, bucket_cap_mb=cap, process_group=dist.group.WORLD)
     if strategy in ("ddp-fp16", "ddp-bf16"):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hook = default_hooks.fp16_compress_hook if strategy == "ddp-fp16" else _bf16_compress_hook
@@ -71,7 +82,8 @@ def _ddp_family(model, cfg, strategy):
         state = powersgd.PowerSGDState(process_group=None, **POWERSGD)
         ddp.register_comm_hook(state=state, hook=powersgd.powerSGD_hook)
         ddp._syncviz_powersgd_state = state      # its error-feedback memory is counted as held
-        extra["powersgd"] = dict(POWERSGD)
+        extra["powersgd"] = dict(POWERSGD, **({"one_bucket_mb": extra.pop("one_bucket_mb")}
+                                              if "one_bucket_mb" in extra else {}))
     if strategy == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=cfg.lr)
