@@ -62,7 +62,8 @@ def run_meta(name: str, tl: Timeline, extra: dict | None = None) -> dict:
         "profile": {"name": p.name, "forward_ns": p.forward_ns, "pre_backward_ns": p.pre_backward_ns,
                     "backward_ns": p.backward_ns,
                     "optimizer_ns": p.optimizer_ns, "gap_ns": p.gap_ns, "post_comm_ns": p.post_comm_ns,
-                    "hook_ns": p.hook_ns, "tensors": len(p.tensor_names), "grad_dtype": p.grad_dtype,
+                    "hook_ns": p.hook_ns, "compute_cv": p.compute_cv, "tensors": len(p.tensor_names),
+                    "grad_dtype": p.grad_dtype,
                     "param_dtype": p.param_dtype, **p.source},
         **(extra or {})}
     return meta
