@@ -119,6 +119,30 @@ def last_callback_timing(driver, after_ms: float) -> list[float]:
     """, after_ms)
 
 
+def timeline_of_open(driver) -> str:
+    """Where the cold open's time went: page resources and each callback (start → end, server ms)."""
+    rows = driver.execute_script("""
+        return performance.getEntriesByType('resource').map(e => [e.name.split('/').pop().split('?')[0].slice(0, 28),
+            e.startTime, e.responseEnd, (e.serverTiming || []).filter(t => t.name === 'app').map(t => t.duration)[0]]);
+    """)
+    plotly = [r for r in rows if "plotly" in r[0]]
+    calls = [r for r in rows if r[0].startswith("_dash-update-component")]
+    parts = [f"JS loaded by {max(r[2] for r in rows if r[0].endswith('.js')) / 1e3:.2f} s"]
+    if plotly:
+        parts.append(f"plotly.js by {plotly[0][2] / 1e3:.2f} s")
+    parts += [f"callback {r[1] / 1e3:.2f}→{r[2] / 1e3:.2f} s ({r[3]:.0f} ms server)" for r in calls if r[3] is not None]
+    return "; ".join(parts)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
 def move_slider(driver, key) -> float:
     from selenium.webdriver.common.by import By
     thumb = driver.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
@@ -147,13 +171,18 @@ def main(argv=None) -> int:
     try:
         url = f"http://127.0.0.1:{port}/replay?run=big"
         driver.get(f"http://127.0.0.1:{port}/_dash-layout")   # chromium itself warmed up, not timed
+        load_before = os.getloadavg()[0]
+        cpu0 = cpu_seconds(server.pid)
         driver.get(url)
         cold_ms = wait_drawn(driver, START)
+        cold_cpu = cpu_seconds(server.pid) - cpu0
         cold_server = [t for t in last_callback_timing(driver, 0) if t is not None]
+        cold_detail = timeline_of_open(driver)
         driver.get(url)
         warm_ms = wait_drawn(driver, START)
+        warm_detail = timeline_of_open(driver)
 
-        server_ms, browser_ms = [], []
+        server_ms, browser_ms, sources = [], [], []
         keys = [Keys.ARROW_RIGHT] * (args.moves // 2) + [Keys.PAGE_UP] * (args.moves - args.moves // 2)
         step = START
         for key in keys:
@@ -165,6 +194,8 @@ def main(argv=None) -> int:
             timings = [t for t in last_callback_timing(driver, t0) if t is not None]
             server_ms.append(max(timings) if timings else float("nan"))
             browser_ms.append(drawn - t0)
+            sources.append(driver.execute_script(
+                "return document.querySelector('#replay-timeline .js-plotly-plot').layout.meta.source;"))
             step = expect
     finally:
         driver.quit()
@@ -177,12 +208,17 @@ def main(argv=None) -> int:
           f"({size_mb:.0f} MB on disk), {os.cpu_count()} CPU cores")
     print(f"open replay page, cold server (load + first step): drawn {cold_ms / 1e3:.2f} s after navigation start "
           f"(target <= {OPEN_TARGET_S:.0f} s: {'PASS' if ok_open else 'FAIL'}); slowest callback "
-          f"{max(cold_server) if cold_server else float('nan'):.0f} ms of server time")
+          f"{max(cold_server) if cold_server else float('nan'):.0f} ms of server time; the server used "
+          f"{cold_cpu:.2f} s of CPU until then; load average {load_before:.1f} on {os.cpu_count()} cores")
+    print(f"  cold open, in the browser: {cold_detail}")
     print(f"open replay page, warm (run cached):           drawn {warm_ms / 1e3:.2f} s after navigation start")
+    print(f"  warm open, in the browser: {warm_detail}")
     print(f"slider moves ({len(server_ms)}, each to a step not drawn before): server time median "
           f"{statistics.median(server_ms):.0f} ms, max {max(server_ms):.0f} ms (target <= {SLIDER_TARGET_MS:.0f} ms: "
           f"{'PASS' if ok_slider else 'FAIL'}); key press -> drawn in the browser median "
           f"{statistics.median(browser_ms):.0f} ms, max {max(browser_ms):.0f} ms")
+    print("  each move: " + ", ".join(f"{ms:.0f} ms ({'block' if src.startswith('block') else 'alone'})"
+                                     for ms, src in zip(server_ms, sources)))
     return 0 if ok_open and ok_slider else 1
 
 

@@ -19,6 +19,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from . import components as C
+from .stepview import FOREGROUND
 from .store import RunStore
 
 PAGES = ("runs", "replay", "buckets", "strategies", "ratios")
@@ -36,6 +37,7 @@ def create_app(root: str | Path) -> dash.Dash:
         importlib.import_module(f"{__package__}.pages.{page}")
     app.layout = shell
     _server_timing(app.server)
+    _prefetch_on_navigation(app.server)
     return app
 
 
@@ -64,9 +66,9 @@ def shell():
 def pick_from_url(search, current):
     """``?run=NAME`` in the address selects the run (only names found under the root exist)."""
     wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
-    if wanted and C.store().has(wanted):
+    if wanted and wanted != current and C.store().has(wanted):
         return wanted
-    return current if current else dash.no_update
+    return dash.no_update   # (re-sending the same run would make every page redraw)
 
 
 RUN_PAGES = ("replay", "buckets", "ratios")   # pages about one run (Strategies compares several)
@@ -85,6 +87,14 @@ def _server_timing(server) -> None:
     @server.before_request
     def _start():
         g.syncviz_t0 = time.perf_counter()
+        if request.path.startswith("/_dash-update-component"):
+            FOREGROUND.__enter__()   # background analysis pauses between blocks while requests run
+            g.syncviz_fg = True
+
+    @server.teardown_request
+    def _done(_exc):
+        if g.pop("syncviz_fg", False):
+            FOREGROUND.__exit__(None, None, None)
 
     @server.after_request
     def _stamp(response):
@@ -94,6 +104,22 @@ def _server_timing(server) -> None:
             if request.path.startswith("/_dash-update-component"):
                 response.headers["Timing-Allow-Origin"] = "*"
         return response
+
+
+def _prefetch_on_navigation(server) -> None:
+    """``GET /replay?run=NAME`` (the page itself, not a callback): start loading NAME and analysing
+    its first step now. The browser needs ~1 s to boot the page before it asks for the run; for a
+    run with a million events that second would otherwise be spent waiting."""
+    from flask import request
+
+    @server.before_request
+    def _prefetch():
+        if request.method != "GET" or request.path.startswith(("/_dash", "/assets", "/_favicon")):
+            return
+        name = request.args.get("run")
+        if name:
+            from .pages.replay import prepare_first_step
+            C.store().prefetch(name, then=prepare_first_step if request.path == "/replay" else None)
 
 
 def _check_port(host: str, port: int) -> None:

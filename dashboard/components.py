@@ -47,6 +47,13 @@ def fmt(value, digits: int = 2, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def fmt_sig(value, unit: str = "", digits: int = 3) -> str:
+    """``digits`` significant digits: bandwidths span 0.01 GB/s (gloo on CPU) to 400 GB/s."""
+    if value is None or (isinstance(value, float) and (math.isnan(value) or math.isinf(value))):
+        return "–"
+    return f"{value:.{digits}g}{unit}"
+
+
 def fmt_bytes(n) -> str:
     if n is None or n != n:
         return "–"

@@ -39,7 +39,8 @@ STEP_CACHE = 128          # per-step views kept per run (play loops stay in cach
 # Repeated strings as categoricals: pandas' Arrow-backed strings make every row selection of a
 # step ~30% slower (measured on a 2,300-row step).
 CATEGORIES = ("kind", "op", "phase", "name", "dtype")
-STALE_S = 300.0           # an unfinished run untouched this long is shown as stopped, not recording
+STALE_S = 300.0
+BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts           # an unfinished run untouched this long is shown as stopped, not recording
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -118,7 +119,7 @@ class LoadedRun:
         start, end = (self.table.column(c).to_numpy() for c in ("start_ns", "end_ns"))
         valid = (start >= 0) & (end >= start) & (steps >= 0)
         big = np.iinfo(np.int64).max
-        self._extent_ms = 1.0
+        self._extents: dict[int, float] = {}
         if len(batches) and valid.any():
             bstart = np.minimum.reduceat(np.where(valid, start, big), starts)
             bend = np.maximum.reduceat(np.where(valid, end, -1), starts)
@@ -131,8 +132,7 @@ class LoadedRun:
                 g = pd.DataFrame({"k": steps[mixed], "s": start[mixed], "e": end[mixed]}).groupby("k")
                 for k, a, b in zip(g["s"].min().index, g["s"].min(), g["e"].max()):
                     first[k], last[k] = min(first.get(k, a), a), max(last.get(k, b), b)
-            if first:
-                self._extent_ms = max(last[k] - first[k] for k in first) / 1e6
+            self._extents = {k: (last[k] - first[k]) / 1e6 for k in first}
         top = int(self.table.column("bucket").to_numpy().max()) if self.table.num_rows else -1
         self.n_buckets = max(1, top + 1)   # bucket indices seen: one colour scale for every step
 
@@ -150,9 +150,12 @@ class LoadedRun:
         newest = max((mtime for _, _, mtime in self.sig), default=0)
         return time.time() - newest / 1e9 < STALE_S
 
-    def step_range_ms(self) -> float:
-        """Longest step extent, for a fixed time axis while stepping through the run."""
-        return self._extent_ms
+    def step_range_ms(self, step: int | None = None) -> float:
+        """Time axis length for ``step``: the longest step after the first (step 0 includes warm-up
+        and can be many times longer), or ``step``'s own extent when it is longer. The same axis
+        for every step makes playing show change instead of rescaling."""
+        steady = [v for k, v in self._extents.items() if k != self.first_step] or list(self._extents.values())
+        return max([max(steady, default=1.0), self._extents.get(step, 0.0)])
 
     # ------------------------------------------------------------------ whole-run tables (lazy)
     def _cached(self, key: str, fn: Callable[[], Any]) -> Any:
@@ -177,8 +180,10 @@ class LoadedRun:
         return self._cached("run", build)
 
     def analyse_in_background(self) -> None:
-        """Start analysing the run block by block (see stepview.py); a no-op once started."""
-        self.blocks.start()
+        """Start analysing the run block by block (see stepview.py); a no-op once started. It
+        starts a moment after the first step is drawn: on two cores, starting at once took the
+        CPU the browser needed to render that step (first paint 3 s later, measured)."""
+        self.blocks.start(delay_s=BACKGROUND_DELAY_S)
 
     @property
     def analysed(self) -> bool:
@@ -242,13 +247,28 @@ class LoadedRun:
             raise TraceError(f"{self.name}: no step {step} (steps {self.first_step}..{self.last_step})")
         return self.events_of([step])
 
+    def prepare(self, step: int, keys: tuple[str, ...]) -> None:
+        """Analyse ``step`` (the tables ``keys``) in a thread now, so that the draw request that
+        follows finds it done: the browser spends ~0.5 s between the slider being set and asking
+        for the figure, and the server would otherwise sit idle through it."""
+        def work():
+            try:
+                view = self.step_view(step)
+                for key in keys:
+                    view.get(key)
+            except Exception:   # the draw callback computes (and reports) it again
+                log.exception("%s: preparing step %s failed", self.name, step)
+        threading.Thread(target=work, name=f"syncviz-prepare-{self.name}", daemon=True).start()
+
     def step_view(self, step: int) -> StepView:
         """One step's replay tables: a slice of its analysed block, else the step alone."""
         if step not in self._step_set:
             raise TraceError(f"{self.name}: no step {step} (steps {self.first_step}..{self.last_step})")
-        block = self.blocks.tables_for(step)
         with self._lock:
             view = self._steps_cache.get(step)
+        # A step already analysed alone is not worth waiting for its block.
+        block = self.blocks.tables_for(step, wait=view is None)
+        with self._lock:
             if view is not None and (block is None or view.source == "block tables"):
                 self._steps_cache.move_to_end(step)
                 return view
@@ -363,6 +383,21 @@ class RunStore:
         if isinstance(cached, TraceError):
             raise cached
         return cached
+
+    def prefetch(self, name: str, then: Callable[[LoadedRun], None] | None = None) -> None:
+        """Load run ``name`` in a thread (then call ``then`` with it): a page address naming a run
+        arrives ~1 s before the page's scripts ask for it. Unknown names are ignored."""
+        if not self.has(name):
+            return
+
+        def work():
+            try:
+                run = self.get(name)
+                if then is not None:
+                    then(run)
+            except Exception as e:   # the page's own request reports it
+                log.debug("prefetch of %s: %s", name, e)
+        threading.Thread(target=work, name="syncviz-prefetch", daemon=True).start()
 
     def meta(self, name: str) -> dict:
         """run.json of a run without loading its events (for listings)."""

@@ -94,6 +94,15 @@ def test_symlink_out_of_root_is_not_served(tmp_path):
     assert store.get("inside").ranks == [0, 1]
 
 
+def test_root_that_is_one_run(tmp_path):
+    """`syncviz dash traces/run1` serves that run alone, under its directory name."""
+    from syncviz.dashboard.store import RunStore
+    store = RunStore(make_ddp_run(tmp_path / "solo"))
+    assert store.names() == ["solo"] and store.get("solo").last_step == 2
+    with pytest.raises(TraceError):
+        store.get("../solo")
+
+
 def test_corrupt_runs_raise_one_line(store):
     for name, what in (("dash_corrupt_json", "corrupt JSON"), ("dash_bad_stream", "not an Arrow IPC stream")):
         with pytest.raises(TraceError, match=what) as e:
@@ -226,10 +235,11 @@ def test_many_ranks_are_aggregated(app):
 def test_draw_reports_errors_as_cards(app):
     from syncviz.dashboard.pages import replay
     for name in ("dash_corrupt_json", "dash_bad_stream", "../../etc"):
-        fig, late, style, info, error = replay.draw(name, 0, "auto")
+        fig, late, style, info, error, drawn = replay.render(name, 0, "auto")
         assert error is not None and "error-card" in error.className and fig["data"] == []
-    fig, *_, error = replay.draw("synth8", 3, "auto")
-    assert error is None and fig["layout"]["meta"]["step"] == 3
+    fig, *_, error, drawn = replay.draw(3, "auto", "synth8", None)
+    assert error is None and fig["layout"]["meta"]["step"] == 3 and drawn == ["synth8", 3, "auto"]
+    assert replay.draw(3, "auto", "synth8", drawn) == (replay.dash.no_update,) * 6   # drawn already
 
 
 def test_missing_step_is_clamped(app):
@@ -238,10 +248,13 @@ def test_missing_step_is_clamped(app):
     assert fig["layout"]["meta"]["step"] == 3
 
 
-def test_setup_slider_and_live_callbacks(app, store, tmp_path):
+def test_pick_run_and_live_callbacks(app, store, tmp_path):
     from syncviz.dashboard.pages import replay
-    first, last, marks, value, badge, live_off = replay.setup_slider("synth8", 5)
-    assert (first, last, value, live_off) == (0, 11, 1, True) and marks["11"] == "11"   # opens after warm-up
+    first, last, marks, value, run, badge, live_off, fig, *_, error, drawn = replay.pick_run("synth8")
+    assert (first, last, value, run, live_off) == (0, 11, 1, "synth8", True) and marks["11"] == "11"  # after warm-up
+    assert fig["layout"]["meta"]["step"] == 1 and error is None and drawn == ["synth8", 1, "auto"]
+    out = replay.pick_run("dash_corrupt_json")
+    assert out[3:5] == (0, "dash_corrupt_json") and "corrupt JSON" in str(out[11].children)
     out = replay.follow_live(1, "synth8", 4, 11, ["follow"])
     assert out[0] is replay.dash.no_update           # nothing new
 
@@ -280,11 +293,20 @@ def test_memory_from_run_json():
 
 # ------------------------------------------------------------- the real callback endpoint
 
-def post_callback(client, outputs, inputs):
-    body = {"output": ".." + "...".join(outputs) + "..",
-            "outputs": [dict(zip(("id", "property"), o.split("."))) for o in outputs],
-            "inputs": [{"id": i, "property": p, "value": v} for (i, p), v in inputs],
-            "changedPropIds": [f"{inputs[0][0][0]}.{inputs[0][0][1]}"], "state": []}
+FIGURE_OUTPUTS = ["replay-timeline.figure", "replay-lateness.figure", "replay-lateness-box.style",
+                  "replay-info.children", "replay-error.children", "replay-drawn.data"]
+
+
+def post_draw(client, run, step):
+    """The replay's draw callback as the browser calls it; the run name travels in its state, so a
+    crafted client can put anything there."""
+    body = {"output": ".." + "...".join(FIGURE_OUTPUTS) + "..",
+            "outputs": [dict(zip(("id", "property"), o.split("."))) for o in FIGURE_OUTPUTS],
+            "inputs": [{"id": "replay-step", "property": "value", "value": step},
+                       {"id": "replay-lanes", "property": "value", "value": "auto"}],
+            "state": [{"id": "replay-run", "property": "data", "value": run},
+                      {"id": "replay-drawn", "property": "data", "value": None}],
+            "changedPropIds": ["replay-step.value"]}
     r = client.post("/_dash-update-component", json=body)
     assert r.status_code == 200
     return r
@@ -292,20 +314,14 @@ def post_callback(client, outputs, inputs):
 
 @pytest.mark.parametrize("name", ["../../etc", "/etc/passwd", "ddp/../../../etc", "nested/../../x"])
 def test_endpoint_refuses_crafted_run_names(app, name):
-    outs = ["replay-timeline.figure", "replay-lateness.figure", "replay-lateness-box.style", "replay-info.children",
-            "replay-error.children"]
-    r = post_callback(app.server.test_client(), outs, [(("run-picker", "value"), name), (("replay-step", "value"), 0),
-                                                       (("replay-lanes", "value"), "auto")])
+    r = post_draw(app.server.test_client(), name, 0)
     text = r.get_data(as_text=True)
     assert "no run named" in text and "root:" not in text        # no /etc/passwd content
     assert r.headers["Server-Timing"].startswith("app;dur=")
 
 
 def test_endpoint_draws_a_run(app):
-    outs = ["replay-timeline.figure", "replay-lateness.figure", "replay-lateness-box.style", "replay-info.children",
-            "replay-error.children"]
-    r = post_callback(app.server.test_client(), outs, [(("run-picker", "value"), "nested/inner"),
-                                                       (("replay-step", "value"), 1), (("replay-lanes", "value"), "auto")])
+    r = post_draw(app.server.test_client(), "nested/inner", 1)
     resp = json.loads(r.get_data(as_text=True))["response"]
     assert resp["replay-timeline"]["figure"]["layout"]["meta"]["step"] == 1
 

@@ -36,8 +36,10 @@ def layout(**_query):
         html.Div(id="replay-info", className="cards"),
         C.graph("replay-timeline", figure=TL.empty_figure("loading…")),
         html.Div(C.graph("replay-lateness", figure=TL.empty_figure("")), id="replay-lateness-box"),
+        dcc.Store(id="replay-run"),     # the run whose steps the slider holds (set with them)
+        dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
-        dcc.Interval(id="replay-live", interval=LIVE_MS, disabled=True),   # setup_slider enables it for live runs
+        dcc.Interval(id="replay-live", interval=LIVE_MS, disabled=True),   # pick_run enables it for live runs
     ])
 
 
@@ -50,29 +52,35 @@ def slider_marks(first: int, last: int) -> dict:
     return {str(s): str(s) for s in range(first, last + 1, every)} | {str(last): str(last)}
 
 
+FIGURE_OUTPUTS = [("replay-timeline", "figure"), ("replay-lateness", "figure"), ("replay-lateness-box", "style"),
+                  ("replay-info", "children"), ("replay-error", "children"), ("replay-drawn", "data")]
+
+
 @dash.callback(Output("replay-step", "min"), Output("replay-step", "max"), Output("replay-step", "marks"),
-               Output("replay-step", "value"), Output("replay-status", "children"),
+               Output("replay-step", "value"), Output("replay-run", "data"), Output("replay-status", "children"),
                Output("replay-live", "disabled"),
-               Input("run-picker", "value"), State("replay-step", "value"))
-def setup_slider(name, value):
-    """The run's steps on the slider, which starts at the first step after warm-up."""
+               *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS],
+               Input("run-picker", "value"), State("replay-lanes", "value"),
+               prevent_initial_call="initial_duplicate")
+def pick_run(name, mode="auto"):
+    """A run was picked: its steps on the slider and its first step after warm-up drawn, in one
+    response (a second round trip for the figure costs ~0.5-1 s of browser time on a first open)."""
     try:
         run = C.store().get(name) if name else None
-    except Exception as e:   # the draw callback shows the error card
+    except Exception as e:   # drawn below as an error card
         C.problem_text(e)
         run = None
     if run is None:
-        return 0, 0, None, dash.no_update if value == 0 else 0, "", True
-    first, last, start = run.first_step, run.last_step, run.start_step
-    # Setting the value it already has would make the draw callback run twice.
-    return (first, last, slider_marks(first, last), dash.no_update if value == start else start,
-            C.status_badge(run.recording, run.problems), not run.recording)
+        return (0, 0, None, 0, name, "", True, *render(name, 0, mode))
+    first, last = run.first_step, run.last_step
+    return (first, last, slider_marks(first, last), run.start_step, name,
+            C.status_badge(run.recording, run.problems), not run.recording, *render(name, run.start_step, mode))
 
 
 @dash.callback(Output("replay-step", "max", allow_duplicate=True), Output("replay-step", "marks", allow_duplicate=True),
                Output("replay-step", "value", allow_duplicate=True), Output("replay-status", "children", allow_duplicate=True),
                Output("replay-live", "disabled", allow_duplicate=True),
-               Input("replay-live", "n_intervals"), State("run-picker", "value"), State("replay-step", "value"),
+               Input("replay-live", "n_intervals"), State("replay-run", "data"), State("replay-step", "value"),
                State("replay-step", "max"), State("replay-follow", "value"), prevent_initial_call=True)
 def follow_live(_tick, name, value, old_max, follow):
     """Live: a run still being recorded grows as ranks flush steps (the store re-reads files whose
@@ -87,6 +95,16 @@ def follow_live(_tick, name, value, old_max, follow):
     at_end = value is None or old_max is None or value >= old_max
     return (last, slider_marks(run.first_step, last), last if follow and at_end else dash.no_update,
             C.status_badge(run.recording, run.problems), not run.recording)
+
+
+# The step tables each lane mode draws (stepview.ANALYSES keys).
+STEP_TABLES = {"ranks": ("compute", "comm", "exposed", "step_spread"),
+               "spread": ("lane_compute", "lane_comm", "lane_exposed", "step_spread", "lateness")}
+
+
+def prepare_first_step(run, mode: str | None = "auto") -> None:
+    """Analyse the step the replay opens at in the background (see LoadedRun.prepare)."""
+    run.prepare(run.start_step, STEP_TABLES[choose_lanes(mode or "auto", len(run.ranks))])
 
 
 def choose_lanes(mode: str, n_ranks: int) -> str:
@@ -111,7 +129,7 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     else:
         names, lane_of = [f"rank {r}" for r in run.ranks], {r: i for i, r in enumerate(run.ranks)}
     fig = TL.timeline_figure(shown["compute"], shown["comm"], shown["exposed"], lane_names=names, lane_of=lane_of,
-                             t0=t0, params=run.bucket_params(), x_range=run.step_range_ms(), n_buckets=n_buckets,
+                             t0=t0, params=run.bucket_params(), x_range=run.step_range_ms(step), n_buckets=n_buckets,
                              title=title)
     fig["layout"]["meta"] = {"step": int(step), "lanes": lanes, "source": view.source}
     late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and bucket (ms after the first rank)")
@@ -144,20 +162,28 @@ def step_cards(view) -> list:
     return cards
 
 
-@dash.callback(Output("replay-timeline", "figure"), Output("replay-lateness", "figure"),
-               Output("replay-lateness-box", "style"), Output("replay-info", "children"),
-               Output("replay-error", "children"),
-               Input("run-picker", "value"), Input("replay-step", "value"), Input("replay-lanes", "value"))
-def draw(name, step, mode):
+def render(name, step, mode) -> tuple:
+    """Values of FIGURE_OUTPUTS for (run, step, lane mode); errors become an error card."""
+    drawn = [name, step, mode]
     if not name:
-        return TL.empty_figure("no run selected"), TL.empty_figure(""), {"display": "none"}, [], C.run_picker_note(name)
+        return (TL.empty_figure("no run selected"), TL.empty_figure(""), {"display": "none"}, [],
+                C.run_picker_note(name), drawn)
     try:
         fig, late, show_late, info = draw_step(name, step, mode)
     except Exception as e:
-        msg = C.problem_text(e)
         return (TL.empty_figure("nothing to draw"), TL.empty_figure(""), {"display": "none"}, [],
-                C.error_card(msg))
-    return fig, late, {} if show_late else {"display": "none"}, info, None
+                C.error_card(C.problem_text(e)), drawn)
+    return fig, late, {} if show_late else {"display": "none"}, info, None, drawn
+
+
+@dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS],
+               Input("replay-step", "value"), Input("replay-lanes", "value"),
+               State("replay-run", "data"), State("replay-drawn", "data"), prevent_initial_call=True)
+def draw(step, mode, name, drawn):
+    """The slider moved (or play, or Live, or the lane mode changed): draw that step."""
+    if drawn == [name, step, mode]:   # pick_run drew it already when it set the slider
+        return (dash.no_update,) * len(FIGURE_OUTPUTS)
+    return render(name, step, mode)
 
 
 # Play / pause in the browser: each tick moves the slider one step (the draw callback follows);

@@ -64,7 +64,7 @@ def summary_cells(name: str) -> list:
              html.Td(f"{s['strategy']} ({s['engine']})"), html.Td(str(s["world_size"])), html.Td(str(s["steps"])),
              html.Td(C.fmt(s["step_ms"], 1, " ms")), html.Td(C.fmt(s["overlap_pct"], 0, " %")),
              html.Td(C.fmt(s["exposed_ms"], 2, " ms")), html.Td(C.fmt(s["compute_comm_ratio"], 2)),
-             html.Td(C.fmt(s["busbw_gbps"], 2, " GB/s")), html.Td(s["verdict"], className="verdict")]
+             html.Td(C.fmt_sig(s["busbw_gbps"], " GB/s")), html.Td(s["verdict"], className="verdict")]
     return cells
 
 

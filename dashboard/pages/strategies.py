@@ -17,7 +17,7 @@ ROWS = [("strategy", "strategy", None), ("engine", "engine", None), ("ranks", "w
         ("step time", "step_ms", " ms"), ("compute", "compute_ms", " ms"), ("comm busy", "comm_busy_ms", " ms"),
         ("exposed comm", "exposed_ms", " ms"), ("overlap", "overlap_pct", " %"),
         ("compute / comm", "compute_comm_ratio", ""), ("bytes / step / rank", "bytes_per_step", "B"),
-        ("busbw (median)", "busbw_gbps", " GB/s")]
+        ("busbw (median)", "busbw_gbps", "GB/s")]
 
 
 def layout(**_query):
@@ -67,6 +67,8 @@ def compare(names: list[str]):
 def _cell(value, unit):
     if unit == "B":
         return C.fmt_bytes(value)
+    if unit == "GB/s":
+        return C.fmt_sig(value, " GB/s")
     if unit is None:
         return str(value)
     return C.fmt(float(value) if isinstance(value, (int, float)) else value, 2, unit)
