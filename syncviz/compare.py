@@ -177,9 +177,10 @@ def notes(c: dict, run: Run) -> list[str]:
     if s in T.FSDP:
         mem = c["memory"]["measured"]
         if s == "zero2" and mem.get("params_after_forward_bytes") and mem.get("params_bytes"):
-            out.append(f"FSDP2 with reshard_after_forward=False shards parameters at rest too ({mb(mem['params_bytes'])} "
-                       f"per rank; textbook ZeRO-2 keeps full replicas) and keeps them gathered from forward to "
-                       f"backward: {mb(mem['params_after_forward_bytes'])} held at the end of forward.")
+            out.append(f"FSDP2 with reshard_after_forward=False shards parameters at rest too "
+                       f"({mb(mem['params_bytes'])} per rank; textbook ZeRO-2 keeps full replicas) and keeps "
+                       f"them gathered from forward to backward: {mb(mem['params_after_forward_bytes'])} held "
+                       "at the end of forward.")
         shapes = (run.meta.get("strategy_config") or {}).get("param_shapes") or {}
         pad = sum(T.padded_numel(v, c["world_size"]) - T._numel(v) for v in shapes.values()) * 4
         if pad:
