@@ -158,7 +158,8 @@ WAIT_S = 10.0          # longest wait for a block that is being analysed
 
 
 class Blocks:
-    """A run's steps cut into blocks, analysed in a background thread, nearest to the focus first."""
+    """A run's steps cut into blocks, analysed in a background thread, nearest to the focus first.
+    A page that needs the whole run (Ratios, Buckets) analyses the remaining blocks itself."""
 
     def __init__(self, steps: list[int], rows_per_step: float, events_of: Callable[[list[int]], pd.DataFrame],
                  name: str = ""):
@@ -167,8 +168,9 @@ class Blocks:
         self.block_of = {s: i for i, blk in enumerate(self.blocks) for s in blk}
         self._events_of, self.name = events_of, name
         self._tables: dict[int, dict[str, ByStep]] = {}
+        self._claimed: set[int] = set()    # blocks being analysed right now (by any thread)
         self._cv = threading.Condition()
-        self._focus, self._running, self._thread, self.error = 0, None, None, None
+        self._focus, self._thread, self.error = 0, None, None
         self._cancelled = False
         self.analysed_in_s: float | None = None
 
@@ -184,8 +186,8 @@ class Blocks:
             return None
         with self._cv:
             self._focus = b
-            if wait and b not in self._tables and self._running == b:
-                self._cv.wait_for(lambda: b in self._tables or self._running != b, timeout=WAIT_S)
+            if wait and b not in self._tables and b in self._claimed:
+                self._cv.wait_for(lambda: b in self._tables or b not in self._claimed, timeout=WAIT_S)
             return self._tables.get(b)
 
     def start(self, delay_s: float = 0.0) -> None:
@@ -201,37 +203,62 @@ class Blocks:
         with self._cv:
             self._cancelled = True
 
+    def _claim(self, nearest: bool) -> int | None:
+        """Pick a block nobody has done or is doing (caller holds the lock)."""
+        free = [i for i in range(len(self.blocks)) if i not in self._tables and i not in self._claimed]
+        if not free:
+            return None
+        # nearest to the step on screen; at equal distance the later block (playing goes forward)
+        b = min(free, key=lambda i: (abs(i - self._focus), i < self._focus)) if nearest else free[0]
+        self._claimed.add(b)
+        return b
+
+    def _analyse(self, b: int) -> None:
+        try:
+            tables = analyse_block(self._events_of(self.blocks[b]))
+        except Exception as e:   # pages that need the tables report it; single steps still work
+            log.exception("%s: analysing steps %s failed", self.name, self.blocks[b][:1])
+            with self._cv:
+                self.error = e
+                self._claimed.discard(b)
+                self._cv.notify_all()
+            raise
+        with self._cv:
+            self._tables[b] = tables
+            self._claimed.discard(b)
+            self._cv.notify_all()
+
     def _work(self) -> None:
         t = time.perf_counter()
         while True:
             FOREGROUND.wait_idle(timeout=5.0)   # yield to requests (bounded: never starve)
             with self._cv:
-                missing = [i for i in range(len(self.blocks)) if i not in self._tables]
-                if not missing or self._cancelled:
-                    break
-                # nearest to the step on screen; at equal distance the later block (playing goes forward)
-                b = min(missing, key=lambda i: (abs(i - self._focus), i < self._focus))
-                self._running = b
+                b = None if self._cancelled or self.error is not None else self._claim(nearest=True)
+            if b is None:
+                break
             try:
-                tables = analyse_block(self._events_of(self.blocks[b]))
-            except Exception as e:   # pages that need the tables report it; single steps still work
-                log.exception("%s: analysing steps %s failed", self.name, self.blocks[b][:1])
-                with self._cv:
-                    self.error, self._running = e, None
-                    self._cv.notify_all()
+                self._analyse(b)
+            except Exception:
                 return
-            with self._cv:
-                self._tables[b], self._running = tables, None
-                self._cv.notify_all()
-        self.analysed_in_s = time.perf_counter() - t
-        log.info("%s: %d blocks analysed in %.1f s", self.name, len(self.blocks), self.analysed_in_s)
+        if self.done:
+            self.analysed_in_s = time.perf_counter() - t
+            log.info("%s: %d blocks analysed in %.1f s", self.name, len(self.blocks), self.analysed_in_s)
 
     def table(self, key: str) -> pd.DataFrame:
-        """One replay table for the whole run (waits for / finishes the background analysis)."""
-        self.start()
-        with self._cv:
-            self._cv.wait_for(lambda: self.done or self.error is not None)
-            if self.error is not None:
-                raise self.error
-            parts = [self._tables[i][key].table for i in range(len(self.blocks))]
+        """One replay table for the whole run: blocks nobody is analysing are analysed here, in the
+        caller's thread (the background thread pauses while requests run)."""
+        while True:
+            with self._cv:
+                if self.error is not None:
+                    raise self.error
+                if self.done:
+                    parts = [self._tables[i][key].table for i in range(len(self.blocks))]
+                    break
+                b = self._claim(nearest=False)
+                if b is None:   # the rest is being analysed by another thread
+                    self._cv.wait_for(lambda: self.done or self.error is not None or
+                                      any(i not in self._tables and i not in self._claimed
+                                          for i in range(len(self.blocks))), timeout=WAIT_S)
+                    continue
+            self._analyse(b)
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
