@@ -73,63 +73,6 @@ class StepSelection:
         return bool(self._range and self._range[1] is not None and step + 1 >= self._range[1])
 
 
-class _BucketHook:
-    """DDP comm hook that times whatever hook is in force (torch's default all-reduce until the
-    user registers one). It is registered once, at DDP construction; a user's later
-    register_comm_hook swaps the target, so the user's hook, or a built-in one, is timed too."""
-
-    def __init__(self, rec: "Recorder", ddp: torch.nn.Module, name: str = "allreduce"):
-        self.rec, self.ddp = rec, ddp
-        self.target: Callable | None = None
-        self.state: Any = None
-        self.name = name
-        self.user_registered = False
-
-    def __call__(self, state, bucket):  # DDP requires the parameter to be named `bucket`
-        rec = self.rec
-        launch = rec.now()
-        buf = bucket.buffer()
-        index = bucket.index()
-        layout = 1 if getattr(self.ddp, "_has_rebuilt_buckets", False) else 0
-        if (layout, index) not in rec._layouts_seen:
-            rec._note_layout(self.ddp, layout, index, bucket.parameters())
-        record = [index, layout, launch, -1, buf.numel() * buf.element_size(), buf.dtype, self.name,
-                  rec.micro, len(rec._collectives), None]
-        if buf.is_cuda:   # GPU-side interval from CUDA events, resolved a step later (never blocks)
-            start_ev = torch.cuda.Event(enable_timing=True)
-            start_ev.record()
-            record[9] = [start_ev, None]
-        rec._buckets.append(record)
-        rec._in_bucket = index
-        try:
-            with rec.profile_range(index, buf):
-                if self.target is None:
-                    # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
-                    # size (at::mul_out with 1/N) while copying into the bucket, then all-reduces a
-                    # sum. (Dividing by N instead differs in the last bit for N=3: tested.)
-                    pg = self.ddp.process_group
-                    buf.mul_(1.0 / pg.size())
-                    fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
-                    unwrap = True
-                else:
-                    fut = self.target(self.state, bucket)
-                    unwrap = False
-        finally:
-            rec._in_bucket = -1
-
-        def done(f, record=record, unwrap=unwrap):
-            record[3] = rec.now()
-            if record[9] is not None:
-                # the callback's current stream waits for the collective: this marks its GPU end
-                end_ev = torch.cuda.Event(enable_timing=True)
-                end_ev.record()
-                record[9][1] = end_ev
-            v = f.value()
-            return v[0] if unwrap else v
-
-        return fut.then(done)
-
-
 class Recorder:
     """One per rank. Collects events of the current step in plain lists; flush() writes them."""
 
@@ -288,51 +231,10 @@ class Recorder:
         write_json_atomic(path, meta)
         self._last_meta_write = time.monotonic()
 
-    # ------------------------------------------------------------------------- DDP
     def instrument_ddp(self, ddp: torch.nn.Module) -> torch.nn.Module:
-        if getattr(ddp, "_syncviz_hook", None) is not None:
-            return ddp
-        self._ddps.append(ddp)
-        self._index_params(ddp.module)
-        self._hook_handles.append(ddp.register_forward_pre_hook(self._forward_pre))
-        self._hook_handles.append(ddp.register_forward_hook(self._forward_post))
-        hook = _BucketHook(self, ddp)
-        ddp._syncviz_hook = hook
-
-        def syncviz_timed_hook(state, bucket):   # DDP checks the name `bucket` and __name__
-            return hook(state, bucket)
-
-        _orig_register = ddp.register_comm_hook
-        ddp.register_comm_hook(state=None, hook=syncviz_timed_hook)
-
-        def register_comm_hook(state, hook_fn, _ddp=ddp):
-            # the user's hook becomes the target of ours; DDP's "only once" rule still holds
-            h = _ddp._syncviz_hook
-            if h.user_registered:
-                raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
-            _ddp._check_comm_hook(hook_fn)
-            h.target, h.state, h.user_registered = hook_fn, state, True
-            h.name = getattr(hook_fn, "__qualname__", getattr(hook_fn, "__name__", "hook"))
-            _ddp.logger._set_comm_hook_name(h.name)
-            _ddp._comm_hooks[-1] = (hook_fn, state)
-            self._ddp_meta(_ddp)
-
-        def register_builtin_comm_hook(comm_hook_type, _ddp=ddp):
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as dh
-            kind = str(comm_hook_type).split(".")[-1]
-            fn = {"ALLREDUCE": dh.allreduce_hook, "FP16_COMPRESS": dh.fp16_compress_hook}.get(kind)
-            if fn is None:
-                raise RuntimeError(f"syncviz cannot time built-in comm hook {comm_hook_type}")
-            register_comm_hook(_ddp.process_group, fn)
-
-        def register_comm_hook_kw(state, hook):  # keep torch's keyword name
-            return register_comm_hook(state, hook)
-
-        ddp.register_comm_hook = register_comm_hook_kw
-        ddp._register_builtin_comm_hook = register_builtin_comm_hook
-        del _orig_register
-        self._ddp_meta(ddp)
-        return ddp
+        """Time every gradient bucket of a DDP model (see syncviz.record_ddp)."""
+        from .record_ddp import instrument_ddp
+        return instrument_ddp(self, ddp)
 
     def instrument_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Forward, backward-start and gradient-ready instrumentation of a model that is not DDP
@@ -374,29 +276,6 @@ class Recorder:
             "grad_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad)}
         self.meta_extra["device"] = params[0].device.type if params else "cpu"
         self._cuda = self._cuda or self.meta_extra["device"] == "cuda"
-
-    def _ddp_meta(self, ddp) -> None:
-        self._module_meta(ddp.module)
-        hook = ddp._syncviz_hook
-        self.meta_extra["ddp"] = {
-            "bucket_cap_mb": getattr(ddp, "bucket_bytes_cap", 0) / (1024 * 1024),
-            "first_bucket_cap_mb": _first_bucket_mb(ddp),
-            "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
-            "static_graph": bool(getattr(ddp, "static_graph", False)),
-            "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
-            "comm_hook": hook.name if hook.user_registered else "default (allreduce, 1/N)"}
-        self.write_meta()
-
-    def _note_layout(self, ddp, layout: int, index: int, params) -> None:
-        """First sight of a bucket in a layout version: remember which parameters it holds."""
-        self._layouts_seen.add((layout, index))
-        rows = self._layout_rows.setdefault(layout, {c: [] for c in S.LAYOUT_COLUMNS})
-        offset = 0
-        for p in params:
-            i, name = self._param_index.get(id(p), (-1, "?"))
-            for c, v in zip(S.LAYOUT_COLUMNS, (layout, index, name, i, p.numel(), offset, _dt(p.dtype))):
-                rows[c].append(v)
-            offset += p.numel()
 
     # ------------------------------------------------------------------------- hooks
     def _grad_hook(self, index: int):
@@ -526,7 +405,8 @@ class Recorder:
                     return
                 if wait:
                     torch.cuda.synchronize()
-                _apply_cuda_times(cols, cuda, anchor)
+                from .record_ddp import apply_cuda_times
+                apply_cuda_times(cols, cuda, anchor)
             self.writer.write_step(cols)
             self._pending.pop(0)
 
@@ -644,21 +524,6 @@ class Recorder:
 
 # ----------------------------------------------------------------------------- helpers
 
-def _apply_cuda_times(cols: dict[str, list], cuda: list[list], anchor) -> None:
-    """Replace host done-times of CUDA bucket rows by GPU-side start/end (see _write_ready_steps)."""
-    if not anchor:
-        return
-    t_anchor, ev_anchor = anchor
-    by_key = {(max(b[7], 0), b[0], b[2]): b[9] for b in cuda}   # (micro, bucket, launch) → [start, end]
-    for i, kind in enumerate(cols["kind"]):
-        if kind != S.BUCKET:
-            continue
-        evs = by_key.get((cols["micro"][i], cols["bucket"][i], cols["launch_ns"][i]))
-        if evs and evs[1] is not None:
-            cols["start_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
-            cols["end_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[1]) * 1e6)
-
-
 def _phase(t: int, phases: list[tuple[int, int, str]]) -> str:
     for s, e, kind in phases:
         if s <= t <= e and kind in (S.FORWARD, S.BACKWARD, S.OPTIMIZER):
@@ -672,14 +537,6 @@ def _is_dtensor(t) -> bool:
 
 def _dt(dtype) -> str:
     return str(dtype).replace("torch.", "")
-
-
-def _first_bucket_mb(ddp) -> float:
-    cfg = getattr(ddp, "_bucket_config", None)
-    nbytes = getattr(cfg, "first_bucket_bytes_cap", None)
-    if nbytes is None:
-        nbytes = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
-    return float(nbytes) / (1024 * 1024)
 
 
 def _tensors(obj) -> Iterable[torch.Tensor]:
