@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import time
 from pathlib import Path
@@ -148,7 +149,11 @@ def dash_command(root: Path, port: int, host: str, debug: bool):
     """Serve the Dash replay app for the runs under ROOT (a run directory or a folder of runs)."""
     if not root.exists():
         raise click.ClickException(f"{root}: no such directory")
-    _check_port(host, port)
+    # With --debug, Werkzeug's reloader runs this command again in a child process that serves on
+    # the socket the parent already bound (WERKZEUG_RUN_MAIN is set there): check and print once.
+    reloaded = os.environ.get("WERKZEUG_RUN_MAIN") == "true"
+    if not reloaded:
+        _check_port(host, port)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.getLogger("syncviz.dashboard").addHandler(handler)
@@ -157,8 +162,9 @@ def dash_command(root: Path, port: int, host: str, debug: bool):
     app = create_app(root)
     n = len(C.store().names())
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"syncviz dash: {n} run(s) under {C.store().root}")
-    click.echo(f"Open http://{shown}:{port}/   (Ctrl+C to stop)", err=False)
+    if not reloaded:
+        click.echo(f"syncviz dash: {n} run(s) under {C.store().root}")
+        click.echo(f"Open http://{shown}:{port}/   (Ctrl+C to stop)")
     try:
         app.run(host=host, port=port, debug=debug, dev_tools_silence_routes_logging=True)
     except OSError as e:   # lost a race for the port between the check and the bind
