@@ -37,10 +37,11 @@ def main():
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()
     print_sweep(res)
-    worst_step = max(abs(r["step_err_pct"]) for r in res["rows"])
-    worst_exp = max(abs(r["exposed_err_pct"]) for r in res["rows"])
-    print(f"worst |error|: step {worst_step:.1f}%, exposed comm {worst_exp:.1f}% (target 15%)  "
-          f"[{len(caps)} caps, {a.steps} steps each, {wall:.0f} s; load average {load0[0]:.1f} before, "
+    for stat, label in (("", "medians"), ("mean_", "means")):
+        worst_step = max(abs(r[f"{stat}step_err_pct"]) for r in res["rows"])
+        worst_exp = max(abs(r[f"{stat}exposed_err_pct"]) for r in res["rows"])
+        print(f"worst |error| ({label}): step {worst_step:.1f}%, exposed comm {worst_exp:.1f}% (target 15%)")
+    print(f"[{len(caps)} caps, {a.steps} steps each, {wall:.0f} s; load average {load0[0]:.1f} before, "
           f"{load1[0]:.1f} after, on {os.cpu_count()} CPUs]")
     Path(a.out).mkdir(parents=True, exist_ok=True)
     with open(Path(a.out) / "predict.json", "w") as f:

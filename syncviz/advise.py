@@ -21,12 +21,12 @@ import click
 from . import costmodel as CM
 from .simcore import Jitter, SimConfig
 from .simprofile import Profile, profile_from_run
-from .simulate import memory_for, predict
+from .simulate import headline_means, memory_for, predict
 
 DEFAULT_CAPS = (1, 2, 5, 10, 25, 50, 100, 250)
 # Simulated steps per prediction: the run's measured rank-to-rank compute spread is replayed as
-# noise (a slower rank makes the others wait), so medians need more than a handful of steps.
-PREDICT_STEPS = 16
+# noise (a slower rank makes the others wait), so medians need a few dozen steps to settle.
+PREDICT_STEPS = 41
 FIRST_CAPS = (1,)      # DDP's own default first bucket (1 MiB), tried besides "same as the cap"
 
 
@@ -57,7 +57,8 @@ def advise(run, caps=DEFAULT_CAPS, world_size: int | None = None, link: CM.Link 
     same = link is None and world == run.world_size
     link = link or fit.link()
     base = SimConfig(world_size=world, steps=PREDICT_STEPS, bucket_cap_mb=cur_cap, first_bucket_cap_mb=cur_first,
-                     link=link, jitter=Jitter.measured(prof), contention=fit.contention if same else 0.0)
+                     link=link, jitter=Jitter.measured(prof, fit.noise if same else 0.0),
+                     contention=fit.contention if same else 0.0)
     current = predict(prof, base)
     measured = A.run_summary(run)
     rows = []
@@ -141,6 +142,9 @@ def advise_command(run_dir, caps, world_size, link_name, as_json):
         con.print(f"Advice: bucket_cap_mb={best['cap_mb']:g} (first bucket {best['first_mb']:g} MB) saves "
                   f"{gain:.1f} ms per step ({100 * gain / cur['step_ms']:.0f}%), exposed comm "
                   f"{cur['exposed_ms']:.1f} → {best['exposed_ms']:.1f} ms.")
+        if best["first_mb"] != best["cap_mb"]:
+            con.print("  (torch's DDP makes the first bucket 1 MiB only when bucket_cap_mb is left unset; "
+                      "an explicit bucket_cap_mb makes it as big as the others)")
     else:
         con.print("Advice: the current bucket cap is within 1% of the best the model finds; leave it.")
     better = [r for r in adv["options"] if r["step_ms"] < best["step_ms"] * 0.97]
@@ -195,7 +199,7 @@ def sweep(*, preset="small", caps=(1, 5, 25, 100), steps=6, out="traces/sweep", 
     prof: Profile = profile_from_run(ref)
     ref_cap = float((ref.meta.get("ddp") or {}).get("bucket_cap_mb") or reference_cap)
     cfg = SimConfig(world_size=ref.world_size, steps=PREDICT_STEPS, link=fit.link(), contention=fit.contention,
-                    jitter=Jitter.measured(prof))
+                    jitter=Jitter.measured(prof, fit.noise))
     rows = []
     for cap in caps:
         # DDP given an explicit bucket_cap_mb (as the workload does) makes the first bucket as big
@@ -204,14 +208,18 @@ def sweep(*, preset="small", caps=(1, 5, 25, 100), steps=6, out="traces/sweep", 
         p = predict(prof, replace(cfg, bucket_cap_mb=cap, first_bucket_cap_mb=first))
         same = math.isclose(cap, ref_cap, rel_tol=1e-3)   # the recorder stores whole bytes
         path = ref_path if same and not reference else run_cap(cap)
-        m = A.run_summary(load_run(path))
-        rows.append({"cap_mb": cap, "buckets": p["buckets"], "pred_step_ms": p["step_ms"],
-                     "meas_step_ms": m["step_ms"], "pred_exposed_ms": p["exposed_ms"],
-                     "meas_exposed_ms": m["exposed_ms"], "run": str(path)})
-    for r in rows:
-        r["step_err_pct"] = 100 * (r["pred_step_ms"] - r["meas_step_ms"]) / r["meas_step_ms"]
-        r["exposed_err_pct"] = 100 * (r["pred_exposed_ms"] - r["meas_exposed_ms"]) / r["meas_exposed_ms"] \
-            if r["meas_exposed_ms"] else float("nan")
+        run = load_run(path)
+        m = dict(A.run_summary(run), **headline_means(run))
+        row = {"cap_mb": cap, "buckets": p["buckets"], "run": str(path),
+               # compute does not depend on the cap: a change here is the machine, not the model
+               "pred_compute_ms": p["compute_ms"], "meas_compute_ms": m["compute_ms"]}
+        for stat, key in (("", "step_ms"), ("", "exposed_ms"), ("mean_", "step_mean_ms"),
+                          ("mean_", "exposed_mean_ms")):
+            name = key.replace("_mean", "").replace("_ms", "")
+            pred, meas = p[key], m[key]
+            row[f"pred_{stat}{name}_ms"], row[f"meas_{stat}{name}_ms"] = pred, meas
+            row[f"{stat}{name}_err_pct"] = 100 * (pred - meas) / meas if meas else float("nan")
+        rows.append(row)
     return {"preset": preset, "reference": str(ref_path), "fit": fit.as_dict(), "rows": rows}
 
 
@@ -219,17 +227,22 @@ def print_sweep(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
     f = res["fit"]
-    t = Table(title=f"Predicted (fit on {res['reference']}: α {f['alpha_s'] * 1e6:.0f} µs, busbw "
-                    f"{f['busbw_gbps']:.3g} GB/s, κ {f['contention']:.2f}) vs measured; medians of steps after the first",
-              title_justify="left")
-    for c in ("cap MB", "buckets", "step pred ms", "step meas ms", "error", "exposed pred ms",
-              "exposed meas ms", "error"):
-        t.add_column(c, justify="right")
-    for r in res["rows"]:
-        t.add_row(f"{r['cap_mb']:g}", str(r["buckets"]), f"{r['pred_step_ms']:.0f}", f"{r['meas_step_ms']:.0f}",
-                  f"{r['step_err_pct']:+.1f}%", f"{r['pred_exposed_ms']:.0f}", f"{r['meas_exposed_ms']:.0f}",
-                  f"{r['exposed_err_pct']:+.1f}%")
-    Console(width=140).print(t)
+    con = Console(width=140)
+    con.print(f"fit on {res['reference']}: α {f['alpha_s'] * 1e6:.0f} µs, busbw {f['busbw_gbps']:.3g} GB/s, "
+              f"κ {f['contention']:.2f}")
+    for stat, title in (("", "medians over ranks and steps after the first (as syncviz summary)"),
+                        ("mean_", "means over ranks and steps after the first")):
+        t = Table(title=f"Predicted vs measured, {title}", title_justify="left")
+        for c in ("cap MB", "buckets", "step pred ms", "step meas ms", "error", "exposed pred ms",
+                  "exposed meas ms", "error") + (("compute meas/pred",) if not stat else ()):
+            t.add_column(c, justify="right")
+        for r in res["rows"]:
+            extra = (f"{r['meas_compute_ms'] / r['pred_compute_ms']:.2f}",) if not stat else ()
+            t.add_row(f"{r['cap_mb']:g}", str(r["buckets"]), f"{r[f'pred_{stat}step_ms']:.0f}",
+                      f"{r[f'meas_{stat}step_ms']:.0f}", f"{r[f'{stat}step_err_pct']:+.1f}%",
+                      f"{r[f'pred_{stat}exposed_ms']:.0f}", f"{r[f'meas_{stat}exposed_ms']:.0f}",
+                      f"{r[f'{stat}exposed_err_pct']:+.1f}%", *extra)
+        con.print(t)
 
 
 @click.command("sweep", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -256,6 +256,7 @@ class Fit:
     ops: tuple[str, ...] = ()
     sizes: int = 0              # distinct (hops, bus bytes) points: 1 means α could not be fitted
     contention: float = 0.0     # κ: the bandwidth term is (1 + κ)× slower while compute runs
+    noise: float = 0.0          # spread of measured/fitted (σ of the log, robust): collective-to-collective noise
 
     @property
     def busbw_gbps(self) -> float:
@@ -375,7 +376,10 @@ def fit_alpha_beta(comm: pd.DataFrame, duration: str = "service", headline: bool
     r2 = 1.0 - float((res ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.abs(res) / np.where(y > 0, y, np.nan)
-    return Fit(alpha_s=a, beta_s_per_byte=b, r2=r2, contention=kappa,
+        logr = np.log(y / pred)
+    logr = logr[np.isfinite(logr)]
+    noise = float(1.4826 * np.median(np.abs(logr - np.median(logr)))) if len(logr) else 0.0
+    return Fit(alpha_s=a, beta_s_per_byte=b, r2=r2, contention=kappa, noise=noise,
                rms_residual_s=float(np.sqrt((res ** 2).mean())),
                median_abs_rel_residual=float(np.nanmedian(rel)) if np.isfinite(rel).any() else float("nan"),
                n=len(rows), duration=duration, ops=tuple(sorted(set(rows["op"].astype(str)))),

@@ -72,9 +72,10 @@ class Jitter:
         return cls(0.0, 0.0, 0.0, 0.0)
 
     @classmethod
-    def measured(cls, profile: Profile, seed: int = 0) -> "Jitter":
-        """Only the rank-to-rank compute spread measured in the profile's run (predictions)."""
-        return cls(compute_cv=profile.compute_cv, rank_cv=0.0, start_frac=0.0, comm_cv=0.0, seed=seed)
+    def measured(cls, profile: Profile, comm_cv: float = 0.0, seed: int = 0) -> "Jitter":
+        """The noise a recorded run showed (predictions): its rank-to-rank compute spread and the
+        collective-to-collective spread around the fitted cost model (costmodel.Fit.noise)."""
+        return cls(compute_cv=profile.compute_cv, rank_cv=0.0, start_frac=0.0, comm_cv=comm_cv, seed=seed)
 
 
 @dataclass
@@ -230,10 +231,16 @@ class Timeline:
         if cfg.strategy == "ddp":           # a rank starts its next step after its own optimizer
             prev[:, 1:] = self.c[:, :-1] * (post + self.opt_ns)
         self.a = prev + self.d + np.where(np.arange(s) > 0, gap, 0.0)[None, :]
-        launch_max = max_affine(self.a, self.c, p.forward_ns + p.pre_backward_ns + self.x) + p.hook_ns
+        # launch = last gradient ready + hook overhead + copying that gradient into the bucket,
+        # and never before the previous bucket (DDP launches in order)
+        ends = np.r_[starts[1:], len(p.numel)] - 1
+        self.h = p.hook_ns + p.copy_ns_per_byte * grad_bytes[ends]
+        self.h_const = bool(np.all(self.h == self.h[0]))      # then ready order is launch order
+        ready_max = max_affine(self.a, self.c, p.forward_ns + p.pre_backward_ns + self.x)
+        launch_max = np.maximum.accumulate(ready_max + self.h[None, :], axis=1)
         durations = t[None, :] * self._noise((s, k))
         if cfg.contention > 0:   # slower until the slowest rank's backward ends (its last gradient)
-            self.e = contended_stream(launch_max, durations, launch_max[:, -1] - p.hook_ns, cfg.contention)
+            self.e = contended_stream(launch_max, durations, ready_max[:, -1], cfg.contention)
         else:
             self.e = serial_stream(launch_max, durations)
         self.E = self.e[:, -1]

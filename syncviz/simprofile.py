@@ -93,6 +93,7 @@ class Profile:
     gap_ns: float = 0.0           # between optimizer end and the next forward (data, zero_grad)
     post_comm_ns: float = 0.0     # after the last bucket, before the optimizer (copy-back)
     hook_ns: float = 20_000.0     # launch overhead of a bucket after its last gradient is ready
+    copy_ns_per_byte: float = 0.0  # + DDP copying that last gradient into the bucket buffer
     compute_cv: float = 0.0       # measured rank-to-rank spread of compute time within a step (σ of log)
     grad_dtype: str = "float32"
     param_dtype: str = "float32"
@@ -197,25 +198,67 @@ def profile_from_run(run) -> Profile:
     bucket_end = buckets.groupby(["rank", "step"])["end_ns"].max()
     opt_start = ev[kind == S.OPTIMIZER].groupby(["rank", "step"])["start_ns"].min()
     post = (opt_start - bucket_end.reindex(opt_start.index)).clip(lower=0)
-    # How much the ranks' compute differs within a step: the slower rank makes the others wait in
-    # every collective, which a noise-free replay would miss.
     bwd_end = ev[kind == S.GRAD_READY].groupby(["rank", "step"])["end_ns"].max()   # backward compute ends
     bwd_end = bwd_end if len(bwd_end) else last(S.BACKWARD)
-    busy = (last(S.FORWARD) - first(S.FORWARD)).add(bwd_end - bstart, fill_value=0)
-    logs = np.log(busy[busy > 0]).unstack("rank")
-    n = logs.shape[1]
-    spread = float(np.nanstd(logs.sub(logs.mean(axis=1), axis=0).to_numpy()) * np.sqrt(n / (n - 1))) if n > 1 else 0.0
+    busy = fwd.add(bwd_end - bstart, fill_value=0)
+    spread = max(_rank_spread(busy), _arrival_spread(buckets, _median(busy)))
     step_rows = ev[kind == S.STEP].sort_values(["rank", "step"])
     gaps = step_rows.groupby("rank")["start_ns"].shift(-1) - step_rows["end_ns"]
     dtype = str(lay["dtype"].iloc[0]).replace("torch.", "")
+    hook, copy = _launch_delay(buckets, lay, ITEMSIZE.get(dtype, 4))
     layer = lay["param"].astype(str).map(lambda n: int(m.group(1)) if (m := re.search(r"\.(\d+)\.", n)) else -1)
     return Profile(run.name, lay["param"].astype(str).tolist(), lay["numel"].to_numpy(dtype=np.int64),
                    np.maximum(lay["ready"].to_numpy(dtype=float), 0.0), layer.to_numpy(),
                    lay["param_index"].to_numpy(), forward_ns=_median(fwd), optimizer_ns=_median(opt),
                    pre_backward_ns=max(_median(pre), 0.0),
                    gap_ns=max(_median(gaps), 0.0), post_comm_ns=_median(post),
-                   hook_ns=max(_median(buckets["launch_delay_ns"]), 0.0) if len(buckets) else 20_000.0,
+                   hook_ns=hook, copy_ns_per_byte=copy,
                    grad_dtype=dtype, param_dtype=dtype, device=run.meta.get("device") or "cpu",
                    backend=run.meta.get("backend") or "gloo", compute_cv=spread if np.isfinite(spread) else 0.0,
                    source={"run": str(run.path), "run_id": run.meta.get("run_id"),
                            "world_size": run.world_size, "steps": [int(s) for s in steps]})
+
+
+def _rank_spread(busy) -> float:
+    """σ of log compute time across ranks within a step (per (rank, step) Series): the slower
+    rank makes the others wait in every collective, which a noise-free replay would miss."""
+    logs = np.log(busy[busy > 0]).unstack("rank")
+    n = logs.shape[1]
+    if n < 2:
+        return 0.0
+    spread = float(np.nanstd(logs.sub(logs.mean(axis=1), axis=0).to_numpy()) * np.sqrt(n / (n - 1)))
+    return spread if np.isfinite(spread) else 0.0
+
+
+def _launch_delay(buckets, lay, itemsize: int) -> tuple[float, float]:
+    """Bucket launch delay (launch − its last gradient ready) as h0 + h1·(bytes of that last
+    gradient): without gradient_as_bucket_view DDP copies each gradient into the bucket buffer
+    when it is ready, so the bucket holding a big last gradient (a tied embedding) launches tens
+    of ms late on CPU. Fitted by least squares over the median delay of each bucket."""
+    if not len(buckets):
+        return 20_000.0, 0.0
+    delay = buckets.groupby("bucket")["launch_delay_ns"].median().dropna()
+    last = lay.groupby("bucket").tail(1).set_index("bucket")["numel"] * itemsize     # lay is in ready order
+    x = last.reindex(delay.index).to_numpy(dtype=float)
+    y = delay.to_numpy(dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(np.unique(x)) >= 2 and x.max() >= 2 * x.min():
+        h1, h0 = np.linalg.lstsq(np.c_[x, np.ones_like(x)], y, rcond=None)[0]
+        if h1 > 0 and h0 >= 0:
+            return float(h0), float(h1)
+        if h1 > 0:
+            return 0.0, float(np.linalg.lstsq(x[:, None], y, rcond=None)[0][0])
+    return max(_median(y), 0.0), 0.0
+
+
+def _arrival_spread(buckets, busy_ns: float) -> float:
+    """The same spread seen where it matters: how far apart the ranks launch the last bucket of a
+    step (σ across ranks, median over steps, as a fraction of forward + backward). On a shared
+    machine a preempted rank arrives late even when its compute took as long as the others'."""
+    if not len(buckets) or busy_ns <= 0 or buckets["rank"].nunique() < 2:
+        return 0.0
+    last = buckets[buckets["bucket"] == buckets["bucket"].max()]
+    sd = last.groupby("step")["launch_ns"].std(ddof=1).dropna()
+    # the median of a sample σ of normal draws is ≈ 0.6745 σ for two ranks; close enough for more
+    return float(_median(sd) / 0.6745 / busy_ns) if len(sd) else 0.0

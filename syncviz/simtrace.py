@@ -118,7 +118,10 @@ def _block_times(tl, r: int) -> dict[str, tuple]:
     ready = np.multiply(col(c), tl.x[None, :])
     ready += col(bwd_start)
     ready = ready.astype(np.int64)
-    launch = ready + np.int64(p.hook_ns)
+    if tl.h_const:
+        launch = ready + np.int64(tl.h[0])
+    else:
+        launch = np.maximum.accumulate(ready + tl.h.astype(np.int64)[None, :], axis=1)
     if getattr(tl, "_bucket_end", None) is None:
         tl._bucket_end = np.ceil(col(G) + tl.e).astype(np.int64)
     bucket_end = tl._bucket_end

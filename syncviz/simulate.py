@@ -62,7 +62,8 @@ def run_meta(name: str, tl: Timeline, extra: dict | None = None) -> dict:
         "profile": {"name": p.name, "forward_ns": p.forward_ns, "pre_backward_ns": p.pre_backward_ns,
                     "backward_ns": p.backward_ns,
                     "optimizer_ns": p.optimizer_ns, "gap_ns": p.gap_ns, "post_comm_ns": p.post_comm_ns,
-                    "hook_ns": p.hook_ns, "compute_cv": p.compute_cv, "tensors": len(p.tensor_names),
+                    "hook_ns": p.hook_ns, "copy_ns_per_byte": p.copy_ns_per_byte,
+                    "compute_cv": p.compute_cv, "tensors": len(p.tensor_names),
                     "grad_dtype": p.grad_dtype,
                     "param_dtype": p.param_dtype, **p.source},
         **(extra or {})}
@@ -93,9 +94,19 @@ def predict(profile: Profile, cfg: SimConfig, ranks=None) -> dict:
     run = Run(path=Path("<simulated>"), meta=run_meta("predicted", tl), events=ev,
               layouts=ev.iloc[:0][["rank"]])
     s = A.run_summary(run)
+    s.update(headline_means(ev))
     s["buckets"] = int(len(getattr(tl, "x", [])))
     s["comm_ns_per_step"] = float(tl.comm_ns.sum())
     return s
+
+
+def headline_means(run_or_events) -> dict:
+    """Means over the headline (rank, step) rows of step time and exposed comm, in ms. The
+    summary's medians are fragile when exposed comm is bimodal (on 2 ranks the faster one waits
+    for the slower one every step, the slower one does not); means are not."""
+    from . import analysis as A
+    h = A.headline_steps(A.step_metrics(run_or_events))
+    return {"step_mean_ms": float(h["step_ns"].mean()) / 1e6, "exposed_mean_ms": float(h["exposed_ns"].mean()) / 1e6}
 
 
 # -------------------------------------------------------------------------------------- CLI
