@@ -4,8 +4,7 @@ Every replay table is an analysis function of the events (ANALYSES). Each metric
 only on that step's rows, so a step can be analysed alone, or many steps at once and then sliced
 by step: same numbers (tests check it). Alone is what the first drawn step of a freshly loaded run
 gets, but pandas' fixed cost per call makes that ~0.1-0.4 s per step whatever its size, while a
-block of ~100,000 rows costs well under a second and then each of its steps is a slice (a few
-ms). So after the first draw a background thread analyses the run block by block, the block of
+block of ~40,000 rows costs ~0.25 s and then each of its steps is a slice (a few ms). So after the first draw a background thread analyses the run block by block, the block of
 the step on screen first and then outwards; once a step's block is done, it is a slice.
 """
 from __future__ import annotations
@@ -153,7 +152,10 @@ class Foreground:
 
 
 FOREGROUND = Foreground()
-BLOCK_ROWS = 60_000    # rows per block: ~0.3-0.5 s of analysis on one core (1M-event run: 20 blocks)
+# Rows per block. Measured on the 1M-event run (2 shared cores): 20k rows 0.19 s a block (12 s for
+# the run), 40k 0.25 s (7.4 s), 60k 0.33 s (6.4 s), 100k 0.43 s (5.0 s). A slider move may wait for
+# the block in progress, so the block time bounds that wait; 40k keeps it well under 200 ms + draw.
+BLOCK_ROWS = 40_000
 WAIT_S = 10.0          # longest wait for a block that is being analysed
 
 
