@@ -20,8 +20,8 @@ import pytest
 from syncviz import analysis as A
 from syncviz import schema as S
 from syncviz.dashboard.synth import write_synth_run
-from syncviz.trace import RankWriter, TraceError, load_run, new_meta, write_json_atomic
-from tracebuild import MS, columns, make_ddp_run, simple_step
+from syncviz.trace import RankWriter, TraceError, new_meta, write_json_atomic
+from tracebuild import columns, make_ddp_run, simple_step
 
 DATA = Path(__file__).parent / "data"
 
