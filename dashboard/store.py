@@ -40,7 +40,8 @@ STEP_CACHE = 128          # per-step views kept per run (play loops stay in cach
 # step ~30% slower (measured on a 2,300-row step).
 CATEGORIES = ("kind", "op", "phase", "name", "dtype")
 STALE_S = 300.0
-BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts           # an unfinished run untouched this long is shown as stopped, not recording
+BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts
+MAX_LOADED = 4            # runs kept in memory at once           # an unfinished run untouched this long is shown as stopped, not recording
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -307,7 +308,8 @@ class RunStore:
         self.root = Path(root).resolve()
         self._lock = threading.Lock()
         self._listed: tuple[float, dict[str, Path]] = (0.0, {})
-        self._loaded: dict[str, LoadedRun | TraceError] = {}
+        self._loaded: OrderedDict[str, LoadedRun | TraceError] = OrderedDict()
+        self._summaries: dict[str, tuple[tuple, tuple]] = {}
         self._sigs: dict[str, tuple] = {}
         self._load_locks: dict[str, threading.Lock] = {}
 
@@ -380,9 +382,33 @@ class RunStore:
                     log.exception("cannot read run %s", name)
                     cached = TraceError(f"{name}: cannot read ({e.__class__.__name__}: {str(e)[:160]})")
                 self._loaded[name], self._sigs[name] = cached, sig
+            self._keep_recent(name)
         if isinstance(cached, TraceError):
             raise cached
         return cached
+
+    def _keep_recent(self, name: str) -> None:
+        """Keep the MAX_LOADED most recently used runs in memory (a 1M-event run holds ~1 GB once
+        analysed); the others are read again when asked for. Summaries survive (summary())."""
+        with self._lock:
+            self._loaded.move_to_end(name)
+            while len(self._loaded) > MAX_LOADED:
+                old, run = self._loaded.popitem(last=False)
+                self._sigs.pop(old, None)
+                if isinstance(run, LoadedRun):
+                    run.blocks.cancel()
+
+    def summary(self, name: str) -> tuple[dict, bool, list[str]]:
+        """(analysis.run_summary, still recording, problems) of a run, kept per file signature even
+        after the run itself was dropped from memory (the Runs page lists every run)."""
+        sig = self.signature(name)
+        hit = self._summaries.get(name)
+        if hit and hit[0] == sig:
+            return hit[1]
+        run = self.get(name)
+        out = (run.summary(), run.recording, list(run.problems))
+        self._summaries[name] = (run.sig, out)
+        return out
 
     def prefetch(self, name: str, then: Callable[[LoadedRun], None] | None = None) -> None:
         """Load run ``name`` in a thread (then call ``then`` with it): a page address naming a run

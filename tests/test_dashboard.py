@@ -126,6 +126,19 @@ def test_cache_is_keyed_by_file_size_and_mtime(store, root):
     assert store.get("ddp") is not a
 
 
+def test_only_recent_runs_stay_in_memory(root, monkeypatch):
+    from syncviz.dashboard import store as store_mod
+    monkeypatch.setattr(store_mod, "MAX_LOADED", 2)
+    store = store_mod.RunStore(root)
+    summary, recording, problems = store.summary("ddp")
+    first = store.get("ddp")
+    store.get("synth8")
+    store.get("nested/inner")
+    assert list(store._loaded) == ["synth8", "nested/inner"]
+    assert store.summary("ddp")[0] is summary          # kept although the run was dropped
+    assert store.get("ddp") is not first and store.get("ddp").last_step == first.last_step
+
+
 def test_step_alone_equals_whole_run_analysis(store):
     """Slicing analysed blocks by step and analysing one step alone give the same tables."""
     run = store.get("synth8")

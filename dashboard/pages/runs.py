@@ -54,13 +54,12 @@ def meta_cells(name: str) -> list:
 def summary_cells(name: str) -> list:
     """Row cells of one run from analysis.run_summary (or an error card spanning the row)."""
     try:
-        run = C.store().get(name)
-        s = run.summary()
+        s, recording, problems = C.store().summary(name)
     except Exception as e:
         return [html.Td(dcc.Link(name, href=C.run_href("replay", name), className="run-link")),
                 html.Td(C.error_card(C.problem_text(e), title="cannot read this run"), colSpan=len(COLUMNS) - 1)]
     cells = [html.Td(dcc.Link(name, href=C.run_href("replay", name), className="run-link")),
-             html.Td(C.status_badge(run.recording, run.problems)),
+             html.Td(C.status_badge(recording, problems)),
              html.Td(f"{s['strategy']} ({s['engine']})"), html.Td(str(s["world_size"])), html.Td(str(s["steps"])),
              html.Td(C.fmt(s["step_ms"], 1, " ms")), html.Td(C.fmt(s["overlap_pct"], 0, " %")),
              html.Td(C.fmt(s["exposed_ms"], 2, " ms")), html.Td(C.fmt(s["compute_comm_ratio"], 2)),
