@@ -159,7 +159,8 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
                                   colorscale=BUCKET_SCALE, cmin=0, cmax=max(1, n_buckets - 1),
                                   colorbar=_bucket_colorbar(n_buckets),
                                   line={"width": 0.5, "color": "rgba(0,0,0,0.45)"}))
-        data.extend(_marks(bb, y, t0, gl))
+        if not gl:   # with many lanes the marks would cover the bars (hover still gives the times)
+            data.extend(_marks(bb, y, t0, gl))
     other = bars[~is_bucket & (bars["bucket"] < 0).to_numpy()] if len(bars) else bars
     for op, f in other.groupby(other["op"].astype(str)) if len(other) else []:
         y, s, e = f["_lane"].to_numpy() + COMM_DY, _ms(f["start_ns"], t0), _ms(f["end_ns"], t0)
@@ -169,10 +170,11 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
                     _svg_bars(op or "collective", y, s, e, color, BUCKET_HOVER.replace("bucket %{customdata[0]}", "collective"),
                               custom))
     if len(exposed):
-        y = lane(exposed) + COMM_DY
+        # WebGL lines cannot be hatched: a thin red line just under the comm band instead
+        y = lane(exposed) + (COMM_DY + BAND / 2 + 0.06 if gl else COMM_DY)
         s, e = _ms(exposed["start_ns"], t0), _ms(exposed["end_ns"], t0)
         name = "exposed comm (not hidden by compute)"
-        data.append(_gl_segments(name, y, s, e, "rgba(214,39,40,0.75)", max(1.0, width_px * 0.45)) if gl else
+        data.append(_gl_segments(name, y, s, e, EXPOSED_COLOR, max(1.0, width_px * 0.4)) if gl else
                     _svg_bars(name, y, s, e, "rgba(0,0,0,0)",
                               "exposed %{base:.2f} ms + %{x:.2f} ms<extra></extra>",
                               pattern={"shape": "/", "fgcolor": EXPOSED_COLOR, "bgcolor": "rgba(0,0,0,0)",
