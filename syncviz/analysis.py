@@ -664,7 +664,8 @@ def comm_service(comm: pd.DataFrame, compute: pd.DataFrame | None = None) -> pd.
     took, without waiting for late ranks or for earlier collectives queued ahead of it (a process
     group runs its collectives in order). NaN where clock error makes it negative. With
     ``compute`` (compute_intervals of the run), also ``service_hidden_ns``: how much of
-    [done − service, done] ran under this rank's compute (where the two compete for the device)."""
+    [done − service, done] ran while any rank was computing in that step (compute competes with
+    the collective for the device, and a collective is as slow as its slowest participant)."""
     cols = ["joined_ns", "service_ns"] + (["service_hidden_ns"] if compute is not None else [])
     if not len(comm):
         return pd.DataFrame({c: pd.Series(dtype=float) for c in cols})
@@ -685,9 +686,11 @@ def comm_service(comm: pd.DataFrame, compute: pd.DataFrame | None = None) -> pd.
         svc = c[ok]
         if len(svc) and len(compute):
             s0 = np.round(svc["end_ns"] - svc["service_ns"]).astype(np.int64)
-            probe = pd.DataFrame({"rank": svc["rank"], "step": svc["step"], "start_ns": s0, "end_ns": svc["end_ns"]})
-            idx, (cc, pc), base, span = _groups(compute, probe)
-            cov = Coverage(cc, compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy(), len(idx), base, span)
+            # one group per step: the union of every rank's compute
+            probe = pd.DataFrame({"rank": 0, "step": svc["step"], "start_ns": s0, "end_ns": svc["end_ns"]})
+            anyrank = compute.assign(rank=0)
+            idx, (cc, pc), base, span = _groups(anyrank, probe)
+            cov = Coverage(cc, anyrank["start_ns"].to_numpy(), anyrank["end_ns"].to_numpy(), len(idx), base, span)
             c.loc[ok, "service_hidden_ns"] = cov.overlap(pc, probe["start_ns"].to_numpy(), probe["end_ns"].to_numpy())
         elif len(svc):
             c.loc[ok, "service_hidden_ns"] = 0.0

@@ -71,7 +71,7 @@ SCENARIOS = {
     "llama70b-8": Scenario("llama-70b", 8, "nvlink", "zero3", steps=10,
                            note="70B on one node, ZeRO-3: model states alone are 141 GB per GPU (bf16 "
                                 "weights and grads, fp32 master + Adam), more than an 80 GB GPU holds"),
-    "llama70b-1024": Scenario("llama-70b", 1024, "ib-400", "zero3", steps=10,
+    "llama70b-1024": Scenario("llama-70b", 1024, "ib-400", "zero3", steps=6,   # 2.5M events: dashboard-sized
                               note="70B on 1,024 GPUs over InfiniBand, ZeRO-3: the per-layer all-gathers "
                                    "and reduce-scatters outlast the compute"),
 }
