@@ -149,7 +149,9 @@ def advise_command(run_dir, caps, world_size, link_name, as_json):
         con.print("Advice: the current bucket cap is within 1% of the best the model finds; leave it.")
     better = [r for r in adv["options"] if r["step_ms"] < best["step_ms"] * 0.97]
     for r in better:
-        note = " (PowerSGD's compute and its effect on convergence are not modelled)" if "powersgd" in r["option"] else ""
+        note = " (PowerSGD's compute and its effect on convergence are not modelled)" if "powersgd" in r["option"] else \
+            " (mostly its optimizer step on a 1/N shard; per-layer hook overheads and contention are not modelled)" \
+            if r["option"] == "zero3" else ""
         con.print(f"  {r['option']} would cut the step to {r['step_ms']:.1f} ms "
                   f"({_pct(r['step_ms'], best['step_ms'])}){note}.")
     if not better:
