@@ -44,7 +44,8 @@ def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
         t.add_column(c, justify="right")
     if not len(buckets):
         return t
-    nparams = run.layouts.groupby(["layout", "bucket"]).size() if len(run.layouts) else pd.Series(dtype=int)
+    lay = run.layouts[run.layouts["rank"] == run.layouts["rank"].min()] if len(run.layouts) else run.layouts
+    nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
     g = buckets.groupby(["layout", "bucket"]).agg(
         bytes=("bytes", "max"), dtype=("dtype", "first"), delay=("launch_delay_ns", "median"),
         dur=("duration_ns", "median"), algbw=("algbw_gbps", "median"), busbw=("busbw_gbps", "median"),
