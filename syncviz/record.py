@@ -117,7 +117,6 @@ class Recorder:
         self._anchor: tuple | None = None       # (host ns, CUDA event) at the step's first forward
         self._cuda = False                      # an instrumented model lives on a CUDA device
         self._param_index: dict[int, tuple[int, str]] = {}    # id(param) → (index, name)
-        self._ddps: list[torch.nn.Module] = []
         self._hook_handles: list = []
         self._lock = threading.Lock()
         self.closed = False

@@ -4,6 +4,7 @@ GPU-side times from CUDA events on CUDA) whatever hook is in force: DDP's defaul
 reproduced bit for bit, the user's own hook, or a built-in one. Part of syncviz.record."""
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -22,7 +23,11 @@ class _BucketHook:
     register_comm_hook swaps the target, so the user's hook, or a built-in one, is timed too."""
 
     def __init__(self, rec: "Recorder", ddp: torch.nn.Module, name: str = "allreduce"):
-        self.rec, self.ddp = rec, ddp
+        # Weak: DDP's reducer holds this hook, so a strong reference back would make a cycle
+        # through C++ that Python's GC cannot see, keeping DDP and its process group alive until
+        # interpreter teardown (where gloo's threads then abort the process now and then).
+        self.rec, self._ddp = rec, weakref.ref(ddp)
+        self.pg = ddp.process_group
         self.target: Callable | None = None
         self.state: Any = None
         self.name = name
@@ -33,7 +38,7 @@ class _BucketHook:
         launch = rec.now()
         buf = bucket.buffer()
         index = bucket.index()
-        layout = 1 if getattr(self.ddp, "_has_rebuilt_buckets", False) else 0
+        layout = 1 if getattr(self._ddp(), "_has_rebuilt_buckets", False) else 0
         if (layout, index) not in rec._layouts_seen:
             note_layout(rec, layout, index, bucket.parameters())
         record = [index, layout, launch, -1, buf.numel() * buf.element_size(), buf.dtype, self.name,
@@ -50,7 +55,7 @@ class _BucketHook:
                     # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
                     # size (at::mul_out with 1/N) while copying into the bucket, then all-reduces a
                     # sum. (Dividing by N instead differs in the last bit for N=3: tested.)
-                    pg = self.ddp.process_group
+                    pg = self.pg
                     buf.mul_(1.0 / pg.size())
                     fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
                     unwrap = True
@@ -78,7 +83,6 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
     registered at construction; a user's later register_comm_hook swaps its target."""
     if getattr(ddp, "_syncviz_hook", None) is not None:
         return ddp
-    rec._ddps.append(ddp)
     rec._index_params(ddp.module)
     rec._hook_handles.append(ddp.register_forward_pre_hook(rec._forward_pre))
     rec._hook_handles.append(ddp.register_forward_hook(rec._forward_post))
@@ -88,35 +92,34 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
     def syncviz_timed_hook(state, bucket):   # DDP checks the name `bucket` and __name__
         return hook(state, bucket)
 
-    _orig_register = ddp.register_comm_hook
     ddp.register_comm_hook(state=None, hook=syncviz_timed_hook)
 
-    def register_comm_hook(state, hook_fn, _ddp=ddp):
+    ref = weakref.ref(ddp)   # no cycle through the instance's own attributes (see _BucketHook)
+
+    def register_comm_hook(state, hook):   # torch's signature, keyword names included
         # the user's hook becomes the target of ours; DDP's "only once" rule still holds
+        _ddp = ref()
         h = _ddp._syncviz_hook
         if h.user_registered:
             raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
-        _ddp._check_comm_hook(hook_fn)
-        h.target, h.state, h.user_registered = hook_fn, state, True
-        h.name = getattr(hook_fn, "__qualname__", getattr(hook_fn, "__name__", "hook"))
+        _ddp._check_comm_hook(hook)
+        h.target, h.state, h.user_registered = hook, state, True
+        h.name = getattr(hook, "__qualname__", getattr(hook, "__name__", "hook"))
         _ddp.logger._set_comm_hook_name(h.name)
-        _ddp._comm_hooks[-1] = (hook_fn, state)
+        _ddp._comm_hooks[-1] = (hook, state)
         ddp_meta(rec, _ddp)
 
-    def register_builtin_comm_hook(comm_hook_type, _ddp=ddp):
+    def register_builtin_comm_hook(comm_hook_type):
+        # torch's C++ built-ins cannot be wrapped: time their Python twins instead
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as dh
         kind = str(comm_hook_type).split(".")[-1]
         fn = {"ALLREDUCE": dh.allreduce_hook, "FP16_COMPRESS": dh.fp16_compress_hook}.get(kind)
         if fn is None:
             raise RuntimeError(f"syncviz cannot time built-in comm hook {comm_hook_type}")
-        register_comm_hook(_ddp.process_group, fn)
+        register_comm_hook(ref().process_group, fn)
 
-    def register_comm_hook_kw(state, hook):  # keep torch's keyword name
-        return register_comm_hook(state, hook)
-
-    ddp.register_comm_hook = register_comm_hook_kw
+    ddp.register_comm_hook = register_comm_hook
     ddp._register_builtin_comm_hook = register_builtin_comm_hook
-    del _orig_register
     ddp_meta(rec, ddp)
     return ddp
 
