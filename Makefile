@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	syncviz demo --preset tiny --steps 6 --out traces/demo
+	syncviz demo --preset mini --steps 8 --bucket-cap-mb 1 --out traces/demo
 	@echo
 	@echo "Look at it:  syncviz summary traces/demo   |   syncviz dash traces/   (http://127.0.0.1:8050)"
 
