@@ -46,6 +46,12 @@ def main() -> None:
         raise
     finally:
         rec.close(finished=finished)
+        # Free what the script left in reference cycles (models, process groups, works) now,
+        # while Python is fully alive: left to interpreter teardown, gloo's threads may release
+        # Python objects after finalization began, which aborts the process ("terminate called
+        # without an active exception") after a perfectly good run.
+        import gc
+        gc.collect()
 
 
 if __name__ == "__main__":
