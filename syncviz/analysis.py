@@ -361,6 +361,34 @@ def bytes_in_flight(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     return changes[["rank", "t_ns", "bytes"]].reset_index(drop=True)
 
 
+def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
+    """step_metrics' columns per step, as the median over ranks (index: step)."""
+    return steps.groupby("step").median(numeric_only=True)
+
+
+def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFrame:
+    """One row per (layout, bucket) of bucket rows from comm_metrics: parameter count (from one
+    rank's layout), bytes, dtype, and median launch delay, duration, algbw, busbw, exposed."""
+    lay = layouts[layouts["rank"] == layouts["rank"].min()] if len(layouts) else layouts
+    nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
+    g = comm.groupby(["layout", "bucket"]).agg(
+        bytes=("bytes", "max"), dtype=("dtype", "first"), launch_delay_ns=("launch_delay_ns", "median"),
+        duration_ns=("duration_ns", "median"), algbw_gbps=("algbw_gbps", "median"),
+        busbw_gbps=("busbw_gbps", "median"), exposed_ns=("exposed_ns", "median"))
+    g["params"] = [int(nparams.get(k, 0)) for k in g.index]
+    return g
+
+
+def collective_table(comm: pd.DataFrame) -> pd.DataFrame:
+    """One row per (phase, op) of collective rows from comm_metrics, per (rank, step) on average:
+    calls, bytes and busy time; plus the median busbw (GB/s)."""
+    nsteps = max(1, comm[["rank", "step"]].drop_duplicates().shape[0])
+    g = comm.groupby(["phase", "op"]).agg(calls=("bytes", "size"), bytes=("bytes", "sum"),
+                                          duration_ns=("duration_ns", "sum"), busbw_gbps=("busbw_gbps", "median"))
+    g[["calls", "bytes", "duration_ns"]] = g[["calls", "bytes", "duration_ns"]] / nsteps
+    return g
+
+
 # ------------------------------------------------------------------ tables for views (dashboard)
 # Small pure functions the dashboard draws from, so that the views compute nothing themselves.
 

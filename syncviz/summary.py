@@ -29,8 +29,7 @@ def step_table(run: Run, steps: pd.DataFrame) -> Table:
     t = Table(title="Per step (median over ranks; times in ms)", title_justify="left")
     for c in ("step", "time", "fwd", "bwd", "opt", "comm", "exposed", "overlap%", "comp/comm", "MB"):
         t.add_column(c, justify="right")
-    med = steps.groupby("step").median(numeric_only=True)
-    for step, r in med.iterrows():
+    for step, r in A.step_medians(steps).iterrows():
         t.add_row(str(step), _f(r["step_ns"] / 1e6), _f(r["forward_ns"] / 1e6), _f(r["backward_ns"] / 1e6),
                   _f(r["optimizer_ns"] / 1e6), _f(r["comm_busy_ns"] / 1e6), _f(r["exposed_ns"] / 1e6),
                   _f(r["overlap_pct"], "{:.0f}"), _f(r["compute_comm_ratio"]), _mb(r["bytes"]))
@@ -44,16 +43,10 @@ def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
         t.add_column(c, justify="right")
     if not len(buckets):
         return t
-    lay = run.layouts[run.layouts["rank"] == run.layouts["rank"].min()] if len(run.layouts) else run.layouts
-    nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
-    g = buckets.groupby(["layout", "bucket"]).agg(
-        bytes=("bytes", "max"), dtype=("dtype", "first"), delay=("launch_delay_ns", "median"),
-        dur=("duration_ns", "median"), algbw=("algbw_gbps", "median"), busbw=("busbw_gbps", "median"),
-        exposed=("exposed_ns", "median"))
-    for (layout, bucket), r in g.iterrows():
-        t.add_row(str(layout), str(bucket), str(int(nparams.get((layout, bucket), 0))), _mb(r["bytes"]), r["dtype"],
-                  _f(r["delay"] / 1e6), _f(r["dur"] / 1e6), _f(r["algbw"], "{:.3f}"), _f(r["busbw"], "{:.3f}"),
-                  _f(r["exposed"] / 1e6))
+    for (layout, bucket), r in A.bucket_layout_table(buckets, run.layouts).iterrows():
+        t.add_row(str(layout), str(bucket), str(r["params"]), _mb(r["bytes"]), r["dtype"],
+                  _f(r["launch_delay_ns"] / 1e6), _f(r["duration_ns"] / 1e6), _f(r["algbw_gbps"], "{:.3f}"),
+                  _f(r["busbw_gbps"], "{:.3f}"), _f(r["exposed_ns"] / 1e6))
     return t
 
 
@@ -61,12 +54,9 @@ def collective_table(coll: pd.DataFrame) -> Table:
     t = Table(title="Collectives per step (all torch.distributed calls, mean over ranks)", title_justify="left")
     for c in ("phase", "op", "calls/step", "MB/step", "busy ms/step", "busbw GB/s"):
         t.add_column(c, justify="right")
-    nsteps = max(1, coll[["rank", "step"]].drop_duplicates().shape[0])
-    g = coll.groupby(["phase", "op"]).agg(n=("bytes", "size"), b=("bytes", "sum"), d=("duration_ns", "sum"),
-                                          bw=("busbw_gbps", "median"))
-    for (phase, op), r in g.iterrows():
-        t.add_row(phase, op, _f(r["n"] / nsteps, "{:.1f}"), _mb(r["b"] / nsteps), _f(r["d"] / nsteps / 1e6),
-                  _f(r["bw"], "{:.3f}"))
+    for (phase, op), r in A.collective_table(coll).iterrows():
+        t.add_row(phase, op, _f(r["calls"], "{:.1f}"), _mb(r["bytes"]), _f(r["duration_ns"] / 1e6),
+                  _f(r["busbw_gbps"], "{:.3f}"))
     return t
 
 
