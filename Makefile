@@ -2,35 +2,47 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 TORCH_VERSION ?= 2.13.0
-STAMP := .make-installed
+BASE := .make-base
+DEV := .make-dev
 
-.PHONY: install demo test test-fast bench dash clean
+.PHONY: install install-dev demo test test-fast lint bench dash clean
 
-# CPU torch first: an unpinned resolve of `torch` would download the multi-GB CUDA build.
-$(STAMP): pyproject.toml
-	$(PIP) install -q "torch==$(TORCH_VERSION)" || $(PIP) install -q "torch==$(TORCH_VERSION)" --index-url https://download.pytorch.org/whl/cpu
+# CPU torch first, pinned: an unpinned resolve of `torch` (or of a package that depends on it)
+# would download the multi-GB CUDA build on a CPU machine.
+$(BASE): pyproject.toml setup.py
+	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	$(PIP) install -q -e .
+	touch $(BASE)
+
+# What the tests need on top: pytest, selenium, triton (kernel tests), torch-tb-profiler, ruff.
+$(DEV): $(BASE)
 	$(PIP) install -q -e ".[test,kernels,profiler]"
-	touch $(STAMP)
+	touch $(DEV)
 
-install: $(STAMP)
+install: $(BASE)
+install-dev: $(DEV)
 
-demo: $(STAMP)
+demo: $(BASE)
 	syncviz demo --preset mini --steps 8 --bucket-cap-mb 1 --out traces/demo
 	@echo
 	@echo "Look at it:  syncviz summary traces/demo   |   syncviz dash traces/   (http://127.0.0.1:8050)"
 
-test: $(STAMP)
+lint: $(DEV)
+	$(PYTHON) -m ruff check .
+
+test: $(DEV)
 	bash .ci/browsers.sh
+	$(PYTHON) -m ruff check .
 	$(PYTHON) -m pytest -q tests
 
-test-fast: $(STAMP)
+test-fast: $(DEV)
 	$(PYTHON) -m pytest -q -m "not slow and not browser" tests
 
-bench: $(STAMP)
+bench: $(DEV)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PYTHON) $$b || exit 1; done
 
-dash: $(STAMP)
+dash: $(BASE)
 	syncviz dash traces/
 
 clean:
-	rm -rf $(STAMP) traces/demo .pytest_cache build *.egg-info
+	rm -rf $(BASE) $(DEV) .make-installed traces/demo .pytest_cache build *.egg-info

@@ -51,7 +51,7 @@ def free_port() -> int:
 
 
 def make_run(root: Path, ranks: int, steps: int, buckets: int) -> Path:
-    from syncviz.dashboard.synth import write_synth_run
+    from syncviz.dashboard.data.synth import write_synth_run
     run = root / "big"
     meta = run / "run.json"
     if meta.exists():

@@ -28,7 +28,7 @@ def main():
     ap.add_argument("--reuse", action="store_true", help="keep complete runs already under --out")
     a = ap.parse_args()
 
-    from syncviz.advise import print_sweep, sweep
+    from syncviz.workloads.sweep import print_sweep, sweep
     caps = [float(c) for c in a.caps.split(",")]
     load0 = os.getloadavg()
     t0 = time.perf_counter()

@@ -35,11 +35,11 @@ def main():
     ap.add_argument("--no-dry-run", action="store_true", help="skip the /dev/null pass")
     a = ap.parse_args()
 
-    from syncviz import costmodel as CM
-    from syncviz import simcore as SC
-    from syncviz import simprofile as SP
-    from syncviz import simtrace as ST
-    from syncviz.simulate import run_meta
+    from syncviz.model import costmodel as CM
+    from syncviz.model import simcore as SC
+    from syncviz.model import simprofile as SP
+    from syncviz.model import simtrace as ST
+    from syncviz.model.simulate import run_meta
     from syncviz.trace import load_run
 
     # 100 tensors of 25 MiB (bf16 gradients), cap 25 MiB -> exactly one tensor per bucket.

@@ -19,9 +19,9 @@ import click
 import dash
 from dash import Input, Output, State, dcc, html
 
-from . import components as C
-from .stepview import FOREGROUND
-from .store import RunStore
+from syncviz.dashboard import components as C
+from syncviz.dashboard.data.stepview import FOREGROUND
+from syncviz.dashboard.data.store import RunStore
 
 PAGES = ("runs", "replay", "buckets", "strategies", "ratios")
 
@@ -119,7 +119,7 @@ def _prefetch_on_navigation(server) -> None:
             return
         name = request.args.get("run")
         if name:
-            from .pages.replay import prepare_first_step
+            from syncviz.dashboard.pages.replay import prepare_first_step
             C.store().prefetch(name, then=prepare_first_step if request.path == "/replay" else None)
 
 

@@ -9,7 +9,7 @@ from dash import dcc, html
 
 from syncviz.trace import TraceError
 
-from .store import RunStore
+from syncviz.dashboard.data.store import RunStore
 
 log = logging.getLogger("syncviz.dashboard")
 _STORE: RunStore | None = None

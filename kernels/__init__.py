@@ -4,8 +4,8 @@
 times ``scale`` (e.g. 1/world size), optionally cast to bf16/fp16, in one kernel launch;
 ``unflatten(bucket, grads, scale=1.0)`` is its inverse. See dispatch.py for which backend runs.
 """
-from .dispatch import BACKENDS, SUPPORTED_DTYPES, choose_backend, flatten_scale, unflatten
-from .reference import bucket_offsets, flatten_scale_reference, unflatten_reference
+from syncviz.kernels.dispatch import BACKENDS, SUPPORTED_DTYPES, choose_backend, flatten_scale, unflatten
+from syncviz.kernels.reference import bucket_offsets, flatten_scale_reference, unflatten_reference
 
 __all__ = ["flatten_scale", "unflatten", "choose_backend", "bucket_offsets", "flatten_scale_reference",
            "unflatten_reference", "BACKENDS", "SUPPORTED_DTYPES"]

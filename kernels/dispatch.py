@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from . import reference, torch_path
+from syncviz.kernels import reference, torch_path
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKENDS = ("auto", "triton", "torch", "reference")
@@ -36,7 +36,7 @@ def _interpret_requested() -> bool:
 
 def _triton():
     """The kernel module, imported on first use (importing triton costs ~1 s)."""
-    from . import flatten_scale_triton as kernel_module
+    from syncviz.kernels import flatten_scale_triton as kernel_module
     return kernel_module
 
 

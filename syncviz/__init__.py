@@ -8,10 +8,10 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # Lazy: importing syncviz must stay cheap (the CLI, the dashboard and the readers don't need torch).
-    if name in ("instrument", "tracing", "Recorder"):
-        from . import record
+    if name in ("instrument", "tracing", "Recorder", "start", "get_recorder"):
+        from syncviz import record
         return getattr(record, name)
     if name in ("load_run", "TraceError"):
-        from . import trace
+        from syncviz import trace
         return getattr(trace, name)
     raise AttributeError(f"module 'syncviz' has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from .cli import main
+from syncviz.cli import main
 
 main()

@@ -7,20 +7,20 @@ import sys
 
 import click
 
-from . import __version__
+from syncviz import __version__
 
 # name -> (module, attribute, one-line help). Order is the order shown in --help.
 COMMANDS = {
-    "trace": ("syncviz.launch", "trace_command", "Run a training script under torchrun and record its gradient sync."),
-    "demo": ("syncviz.workloads", "demo_command", "Trace the built-in GPT workload on CPU ranks and print the summary."),
-    "summary": ("syncviz.summary", "summary_command", "Per-step and per-bucket report of a recorded run."),
-    "compare": ("syncviz.compare", "compare_command", "Compare runs of different strategies on the same model."),
+    "trace": ("syncviz.record.launch", "trace_command", "Run a training script under torchrun and record its gradient sync."),
+    "demo": ("syncviz.workloads.demo", "demo_command", "Trace the built-in GPT workload on CPU ranks and print the summary."),
+    "summary": ("syncviz.views.summary", "summary_command", "Per-step and per-bucket report of a recorded run."),
+    "compare": ("syncviz.views.compare", "compare_command", "Compare runs of different strategies on the same model."),
     "dash": ("syncviz.dashboard.app", "dash_command", "Serve the Dash replay app for runs under a directory."),
-    "export": ("syncviz.export", "export_group", "Export a run to TensorBoard, Perfetto or a self-contained HTML report."),
-    "fit": ("syncviz.costmodel", "fit_command", "Fit the α-β cost model to a run's bucket timings."),
-    "simulate": ("syncviz.simulate", "simulate_command", "Simulate a run at other world sizes, links, bucket caps, strategies."),
-    "advise": ("syncviz.advise", "advise_command", "Recommend a bucket cap (and strategy) for a recorded run."),
-    "sweep": ("syncviz.advise", "sweep_command", "Run the workload at several bucket caps: predicted vs measured."),
+    "export": ("syncviz.views.export", "export_group", "Export a run to TensorBoard, Perfetto or a self-contained HTML report."),
+    "fit": ("syncviz.model.fit", "fit_command", "Fit the α-β cost model to a run's bucket timings."),
+    "simulate": ("syncviz.model.simulate", "simulate_command", "Simulate a run at other world sizes, links, bucket caps, strategies."),
+    "advise": ("syncviz.model.advise", "advise_command", "Recommend a bucket cap (and strategy) for a recorded run."),
+    "sweep": ("syncviz.workloads.sweep", "sweep_command", "Run the workload at several bucket caps: predicted vs measured."),
 }
 
 
@@ -65,7 +65,7 @@ def cli():
 
 
 def main(argv=None):
-    from .trace import TraceError
+    from syncviz.trace import TraceError
     try:
         cli.main(args=argv, prog_name="syncviz", standalone_mode=False)
     except click.exceptions.Abort:

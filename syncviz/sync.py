@@ -11,7 +11,7 @@ Two strategies on the same buckets and the same clock, so their traces compare d
 How a step runs:
 
 1. Buckets are planned once, at construction: trainable parameters in reverse registration order
-   (DDP's initial heuristic: gradients become ready from the output back; for syncviz.gpt the
+   (DDP's initial heuristic: gradients become ready from the output back; for syncviz.workloads.gpt the
    hooks' observed order matches it up to weight/bias swaps inside a layer), cut at
    ``bucket_cap_mb`` and at dtype changes. The layout never changes, so shards never move.
 2. A post-accumulate-grad hook per parameter counts the bucket's ready gradients. When the last
@@ -61,12 +61,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .kernels import flatten_scale, unflatten
+from syncviz.kernels import flatten_scale, unflatten
+from syncviz.record.events import CollectiveCall
+from syncviz.trace import schema as S
 
-STRATEGIES = ("all_reduce", "reduce_scatter")
+STRATEGIES = S.SYNC_STRATEGIES
 
 
-# Looked up at call time: syncviz.collectives (the recorder) patches these functions in place.
+# Looked up at call time: syncviz.record.collectives (the recorder) patches these functions in place.
 # The *_tensor forms are deprecated in recent torch in favour of the *_single ones (same calls).
 def _all_gather(out, inp, group, async_op=True):
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -316,9 +318,9 @@ class _Trace:
 
     @staticmethod
     def attach(engine: DataParallel) -> "_Trace":
-        from .record import get_recorder
+        from syncviz.record.api import get_recorder
         rec = get_recorder()
-        return _RecorderTrace(rec, engine) if rec is not None and not rec.closed else _Trace()
+        return _RecorderTrace(rec, engine) if rec is not None else _Trace()
 
     def now(self) -> int:
         return -1
@@ -341,89 +343,56 @@ def _nothing():
 
 
 class _RecorderTrace(_Trace):
-    """Reports the engine to syncviz.record's Recorder, in the same shape as its DDP hooks do:
-    forward/backward phases through its module hooks, grad-ready times, rows of kind ``bucket``
-    (and ``collective`` for parameter all-gathers) in schema column order, and layout 0.
-    Until record.py has a public API for other engines this uses its (underscored) buffers."""
+    """Reports the engine to the rank's Recorder through its public API, in the same shape as its
+    DDP hooks do: forward/backward phases through its module hooks, grad-ready times, rows of
+    kind ``bucket`` (and ``collective`` for parameter all-gathers), and layout 0."""
 
     def __init__(self, rec, engine: DataParallel):
-        from . import schema as S
-        self.rec, self.S, self.world = rec, S, engine.world
-        named = list(engine.module.named_parameters())
-        self.index = {id(p): i for i, (_, p) in enumerate(named)}
-        for i, (name, p) in enumerate(named):
-            rec._param_index[id(p)] = (i, name)
-        rec._hook_handles += [engine.register_forward_pre_hook(rec._forward_pre),
-                              engine.register_forward_hook(rec._forward_post)]
-        rows = rec._layout_rows.setdefault(0, {c: [] for c in S.LAYOUT_COLUMNS})
+        self.rec, self.world = rec, engine.world
+        self.index = rec.index_params(engine.module, hook_grads=False)   # the engine reports readiness
+        rec.hook_forward(engine)
         for b in engine.buckets:
-            rec._layouts_seen.add((0, b.index))
-            offset = 0
-            for p in b.params:
-                for c, v in zip(S.LAYOUT_COLUMNS, (0, b.index, named[self.index[id(p)]][0], self.index[id(p)],
-                                                   p.numel(), offset, _dtype_name(p.dtype))):
-                    rows[c].append(v)
-                offset += p.numel()
-        params = [p for _, p in named]
-        rec.meta_extra["model"] = {"name": type(engine.module).__name__, "params": sum(p.numel() for p in params),
-                                   "bytes": sum(p.numel() * p.element_size() for p in params),
-                                   "grad_bytes": sum(p.numel() * p.element_size() for p in engine.params)}
-        rec.meta_extra["device"] = params[0].device.type if params else "cpu"
-        rec.meta_extra["ddp"] = {"bucket_cap_mb": engine.bucket_cap_mb, "first_bucket_cap_mb": engine.bucket_cap_mb,
-                                 "gradient_as_bucket_view": False, "static_graph": False,
-                                 "find_unused_parameters": False, "comm_hook": f"syncviz.sync {engine.strategy}"}
-        rec.meta_extra["sync"] = {"strategy": engine.strategy, "buckets": len(engine.buckets),
-                                  "comm_dtype": _dtype_name(engine.comm_dtype) if engine.comm_dtype else "",
-                                  "kernel_backend": _backend(engine)}
-        rec.engine = "syncviz"
-        rec.strategy = rec.strategy or f"syncviz-{engine.strategy}"
-        rec.write_meta()
+            rec.note_layout(0, b.index, b.params)
+        rec.annotate_model(engine.module, grad_params=engine.params)
+        rec.set_strategy(rec.strategy or f"syncviz-{engine.strategy}", engine="syncviz")
+        rec.annotate(
+            ddp={"bucket_cap_mb": engine.bucket_cap_mb, "first_bucket_cap_mb": engine.bucket_cap_mb,
+                 "gradient_as_bucket_view": False, "static_graph": False,
+                 "find_unused_parameters": False, "comm_hook": f"syncviz.sync {engine.strategy}"},
+            sync={"strategy": engine.strategy, "buckets": len(engine.buckets),
+                  "comm_dtype": S.dtype_name(engine.comm_dtype) if engine.comm_dtype else "",
+                  "kernel_backend": _backend(engine)})
 
     def now(self) -> int:
         return self.rec.now()
 
     def grad_ready(self, p) -> None:
-        from .clock import local_ns
-        self.rec._ready.append((self.index[id(p)], local_ns(), self.rec.micro))
+        self.rec.grad_ready(self.index[id(p)])
 
     def comm_row(self, b, kind, op, buf, ready, logical_numel):
-        from . import collectives
-        if kind == self.S.COLLECTIVE and collectives.installed():
+        from syncviz.record import collectives
+        if kind == S.COLLECTIVE and collectives.installed():
             return None                                # it records every collective itself
-        rec, launch = self.rec, self.rec.now()
+        rec = self.rec
         nbytes = buf.numel() * buf.element_size()     # whole (padded) array, as busbw wants
-        values = {"step": rec.step, "micro": max(rec.micro, 0), "kind": kind, "name": f"syncviz {op}",
-                  "start_ns": launch, "end_ns": -1, "bucket": b.index, "op": op, "bytes": nbytes,
-                  "dtype": _dtype_name(buf.dtype), "group_size": self.world, "ready_ns": ready,
-                  "launch_ns": launch, "phase": "", "layout": 0,
-                  "logical_bytes": logical_numel * b.params[0].element_size()}
-        row = [values[c] for c in self.S.EVENT_COLUMNS]
-        rec._collectives.append(row)
-        return row
+        return rec.add_collective(CollectiveCall(
+            kind, f"syncviz {op}", op, max(rec.micro, 0), rec.now(), nbytes, S.dtype_name(buf.dtype),
+            self.world, bucket=b.index, ready=ready, layout=0,
+            logical_bytes=logical_numel * b.params[0].element_size()))
 
     def done_callback(self, row):
         if row is None:
             return _nothing
-        end = self.S.EVENT_COLUMNS.index("end_ns")
 
         def done(row=row):
-            row[end] = self.rec.now()              # runs when the collective completes
+            row.done = self.rec.now()              # runs when the collective completes
         return done
 
-    @contextlib.contextmanager
     def in_bucket(self, index: int):
         # the recorder's convention: collectives issued inside belong to this bucket
-        self.rec._in_bucket = index
-        try:
-            yield
-        finally:
-            self.rec._in_bucket = -1
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
+        return self.rec.in_bucket(index)
 
 
 def _backend(engine: DataParallel) -> str:
-    from .kernels import choose_backend
+    from syncviz.kernels import choose_backend
     return choose_backend(engine.buckets[0].buffer.device) if engine.buckets else ""

@@ -12,13 +12,15 @@ import pytest
 from click.testing import CliRunner
 
 from syncviz import analysis as A
-from syncviz import costmodel as CM
-from syncviz import simcore as SC
-from syncviz import simprofile as SP
-from syncviz import simtrace as ST
-from syncviz.advise import advise, sweep
+from syncviz.model import costmodel as CM
+from syncviz.model import fit as FIT
+from syncviz.model import simcore as SC
+from syncviz.model import simprofile as SP
+from syncviz.model import simtrace as ST
+from syncviz.model.advise import advise
+from syncviz.workloads.sweep import sweep
 from syncviz.cli import cli
-from syncviz.simulate import run_meta
+from syncviz.model.simulate import run_meta
 from syncviz.trace import load_run
 
 MS = 1e6
@@ -51,7 +53,7 @@ def recorded(tmp_path, cap=1.0, name="run"):
 
 def test_advice_picks_the_best_candidate_and_predicts_each_cap(tmp_path):
     run = recorded(tmp_path)
-    fit, _ = CM.fit_run(run)
+    fit, _ = FIT.fit_run(run)
     assert fit.alpha_s == pytest.approx(300e-6, rel=0.05) and fit.busbw_gbps == pytest.approx(0.5, rel=0.05)
     adv = advise(run, caps=(1, 4, 8, 25, 100))
     steps = {(r["cap_mb"], r["first_mb"]): r["step_ms"] for r in adv["candidates"]}

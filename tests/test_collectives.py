@@ -1,4 +1,4 @@
-"""syncviz.collectives on 2 real gloo ranks: every torch.distributed API form is recorded once, with
+"""syncviz.record.collectives on 2 real gloo ranks: every torch.distributed API form is recorded once, with
 the right op, bytes (nccl-tests convention), dtype, group size and a completion time; syncviz's own
 collectives are not; a comm hook's continuation on another thread keeps its bucket; uninstall
 restores torch. Also what gloo really runs underneath a reduce_scatter (torch.profiler)."""
@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from syncviz import schema as S
+from syncviz.trace import schema as S
 from syncviz.trace import load_run
 
 pytestmark = pytest.mark.slow
@@ -74,7 +74,8 @@ def _calls(rank: int, n: int, rec) -> None:
 
 def _worker(rank: int, n: int, out: str, store: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=n)
-    from syncviz import collectives, record
+    from syncviz import record
+    from syncviz.record import collectives
     rec = record.start(out, rank=rank, world_size=n, name="collectives")
     collectives.install(rec)
     try:

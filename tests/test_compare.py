@@ -1,4 +1,4 @@
-"""syncviz.theory (pure derivations), the analysis rules compare relies on (blocking collectives,
+"""syncviz.model.theory (pure derivations), the analysis rules compare relies on (blocking collectives,
 nested optimizers) and ``syncviz compare`` on hand-built traces: numbers, notes and clear errors."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from tracebuild import columns, ev
 
 from syncviz import analysis as A
-from syncviz import compare as C
-from syncviz import theory as T
+from syncviz.views import compare as C
+from syncviz.model import theory as T
 from syncviz.trace import TraceError, load_run, new_meta, write_run
 
 SHAPES = {"emb": [6, 4], "w": [5, 4], "b": [5]}          # 24 + 20 + 5 = 49 elements
@@ -66,7 +66,7 @@ def test_memory_per_rank_and_textbook():
 def test_unknown_strategy_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown strategy 'zero4'"):
         T.comm_per_step("zero4", SHAPES, 2)
-    from syncviz import strategies
+    from syncviz.workloads import strategies
     with pytest.raises(ValueError, match="unknown strategy"):
         strategies.wrap(None, type("Cfg", (), {"strategy": "fsdp9"})())
 

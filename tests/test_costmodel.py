@@ -9,10 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from syncviz import analysis as A
-from syncviz import costmodel as CM
-from syncviz import simcore as SC
-from syncviz import simprofile as SP
-from syncviz import simtrace as ST
+from syncviz.model import costmodel as CM
+from syncviz.model import fit as FIT
+from syncviz.model import simcore as SC
+from syncviz.model import simprofile as SP
+from syncviz.model import simtrace as ST
 from syncviz.cli import cli
 from syncviz.trace import load_run
 
@@ -154,7 +155,7 @@ def _sim_run(tmp_path, link, world=4):
 def test_fit_recovers_alpha_beta_of_a_simulated_run(tmp_path):
     link = CM.Link("true", busbw_gbps=2.0, latency_us=40.0)
     run = load_run(_sim_run(tmp_path, link))
-    fit, rows = CM.fit_run(run)
+    fit, rows = FIT.fit_run(run)
     assert fit.alpha_s == pytest.approx(40e-6, rel=1e-3)
     assert fit.busbw_gbps == pytest.approx(2.0, rel=1e-3)
     assert fit.r2 == pytest.approx(1.0, abs=1e-6) and fit.sizes == 5
@@ -202,6 +203,6 @@ def test_fit_command_bad_input(tmp_path):
 def test_fit_needs_two_events():
     import pandas as pd
     with pytest.raises(ValueError, match="at least 2"):
-        CM.fit_alpha_beta(pd.DataFrame({"step": [1], "bytes": [10], "group_size": [2], "op": ["all_reduce"],
+        FIT.fit_alpha_beta(pd.DataFrame({"step": [1], "bytes": [10], "group_size": [2], "op": ["all_reduce"],
                                         "service_ns": [5.0]}))
     assert math.isfinite(CM.LINKS["nvlink"].beta)

@@ -1,9 +1,7 @@
 """CUDA/NCCL path: GPU-side bucket times from CUDA events, resolved a step later without blocking.
 Skipped cleanly where there is no GPU (CI never has one)."""
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from syncviz import analysis as A
-from syncviz import schema as S
-from syncviz.dashboard.synth import write_synth_run
+from syncviz.trace import schema as S
+from syncviz.dashboard.data.synth import write_synth_run
 from syncviz.trace import RankWriter, TraceError, new_meta, write_json_atomic
 from tracebuild import columns, make_ddp_run, simple_step
 
@@ -76,7 +76,7 @@ def test_crafted_names_are_refused(store, name):
 
 
 def test_symlink_out_of_root_is_not_served(tmp_path):
-    from syncviz.dashboard.store import RunStore
+    from syncviz.dashboard.data.store import RunStore
     outside = make_ddp_run(tmp_path / "outside")
     root = tmp_path / "root"
     make_ddp_run(root / "inside")
@@ -96,7 +96,7 @@ def test_symlink_out_of_root_is_not_served(tmp_path):
 
 def test_root_that_is_one_run(tmp_path):
     """`syncviz dash traces/run1` serves that run alone, under its directory name."""
-    from syncviz.dashboard.store import RunStore
+    from syncviz.dashboard.data.store import RunStore
     store = RunStore(make_ddp_run(tmp_path / "solo"))
     assert store.names() == ["solo"] and store.get("solo").last_step == 2
     with pytest.raises(TraceError):
@@ -127,7 +127,7 @@ def test_cache_is_keyed_by_file_size_and_mtime(store, root):
 
 
 def test_only_recent_runs_stay_in_memory(root, monkeypatch):
-    from syncviz.dashboard import store as store_mod
+    from syncviz.dashboard.data import store as store_mod
     monkeypatch.setattr(store_mod, "MAX_LOADED", 2)
     store = store_mod.RunStore(root)
     summary, recording, problems = store.summary("ddp")
@@ -144,7 +144,7 @@ def test_step_alone_equals_whole_run_analysis(store):
     run = store.get("synth8")
     whole_steps = A.step_metrics(run.run())
     whole_comm = A.comm_metrics(run.run(), kinds=S.COMM_KINDS)
-    from syncviz.dashboard.stepview import StepView, analyse_block
+    from syncviz.dashboard.data.stepview import StepView, analyse_block
     block = analyse_block(run.events_of(run.step_list.tolist()))
     for step in (0, 5, 11):
         alone = StepView(step, lambda s=step: run.step_events(s), None)
@@ -173,7 +173,7 @@ def test_background_blocks_cover_the_run(store):
 def test_live_run_grows_as_steps_are_flushed(tmp_path):
     """Live: a run still being written (streams open, run.json not finished) is re-read when a rank
     flushes a step, and the replay's live callback extends the slider and follows the new step."""
-    from syncviz.dashboard.store import RunStore
+    from syncviz.dashboard.data.store import RunStore
     run_dir = tmp_path / "live"
     writers = write_live_steps(run_dir, steps=2)
     try:
@@ -296,7 +296,7 @@ def test_other_pages_figures(app):
 
 
 def test_memory_from_run_json():
-    from syncviz.dashboard.charts import memory_figure, memory_of
+    from syncviz.dashboard.figures.charts import memory_figure, memory_of
     assert memory_of({}) is None
     per_rank = {"memory": [{"params_bytes": 2 ** 20, "grads_bytes": 2 ** 21}, {"params_bytes": 1}]}
     assert memory_of(per_rank) == {"params_bytes": 2.0 ** 20, "grads_bytes": 2.0 ** 21}

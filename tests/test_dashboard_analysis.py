@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from syncviz import analysis as A
-from syncviz.dashboard.synth import write_synth_run
+from syncviz.dashboard.data.synth import write_synth_run
 from syncviz.trace import load_run
 from tracebuild import MS, make_ddp_run
 

@@ -1,5 +1,4 @@
 """End to end with real torchrun, real DDP on gloo, real processes (slow: a few seconds each)."""
-import json
 import os
 import subprocess
 import sys

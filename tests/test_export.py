@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from syncviz import analysis as A
-from syncviz import schema as S
-from syncviz.export.perfetto import FLOW_CAT, assign_lanes, chrome_trace, write_perfetto
-from syncviz.export.report import html_report
+from syncviz.trace import schema as S
+from syncviz.views.export.perfetto import assign_lanes, chrome_trace, write_perfetto
+from syncviz.views.export.report import html_report
 from syncviz.trace import load_run, new_meta, write_run
 from tracebuild import MS, columns, ev, make_ddp_run
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from syncviz.export.report import write_html
+from syncviz.views.export.report import write_html
 from syncviz.trace import load_run
 from tracebuild import make_ddp_run
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from syncviz import analysis as A
-from syncviz.export.tensorboard import LAYOUT, STEP_SCALARS, run_label, write_tensorboard
+from syncviz.views.export.tensorboard import LAYOUT, STEP_SCALARS, run_label, write_tensorboard
 from syncviz.trace import load_run
 from tracebuild import make_ddp_run
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from syncviz.profiling import (StepProfiler, bucket_label, parse_profile_steps, profiler_dir)
+from syncviz.record.profiling import (StepProfiler, bucket_label, parse_profile_steps, profiler_dir)
 
 
 def load_trace(path: Path) -> dict:

@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from syncviz import analysis as A
-from syncviz import costmodel as CM
-from syncviz import schema as S
-from syncviz import simcore as SC
-from syncviz import simprofile as SP
-from syncviz import simtrace as ST
+from syncviz.model import costmodel as CM
+from syncviz.trace import schema as S
+from syncviz.model import simcore as SC
+from syncviz.model import simprofile as SP
+from syncviz.model import simtrace as ST
 from syncviz.cli import cli
-from syncviz.simulate import predict
+from syncviz.model.simulate import predict
 from syncviz.trace import load_run
 
 MS = 1e6

@@ -1,5 +1,5 @@
 """Each strategy of the built-in workload on 2 gloo ranks, traced and untraced (slow): the
-collectives captured have the ops and bytes syncviz.theory derives for torch's implementation,
+collectives captured have the ops and bytes syncviz.model.theory derives for torch's implementation,
 step by step and rank by rank; memory in run.json is what theory says each rank holds; and
 tracing does not change a bit of the trained parameters."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from syncviz import schema as S
-from syncviz import theory as T
-from syncviz.compare import steady_steps
+from syncviz.trace import schema as S
+from syncviz.model import theory as T
+from syncviz.views.compare import steady_steps
 from syncviz.trace import load_run
 
 pytestmark = pytest.mark.slow

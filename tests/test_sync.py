@@ -1,6 +1,6 @@
 """syncviz.sync on 2 gloo ranks: equivalence with torch DDP / ZeroRedundancyOptimizer, and its trace.
 
-Equivalence: 20 optimizer steps of the tiny GPT (syncviz.gpt "tiny", AdamW lr 1e-2, bucket cap
+Equivalence: 20 optimizer steps of the tiny GPT (syncviz.workloads.gpt "tiny", AdamW lr 1e-2, bucket cap
 0.05 MiB -> several buckets) on 2 ranks from the same seed and the same per-rank batches.
 - all_reduce vs DDP: parameters must be bitwise equal. Both put grad/N into a bucket and sum two
   ranks' values with one fp32 addition per element (commutative), then run the same AdamW on the
@@ -24,7 +24,7 @@ STEPS, LR, CAP_MB = 20, 1e-2, 0.05
 
 
 def _train(make, rank, steps=STEPS, accum=1):
-    from syncviz.gpt import GPT, preset, synthetic_batch
+    from syncviz.workloads.gpt import GPT, preset, synthetic_batch
     torch.manual_seed(0)
     model = GPT(preset("tiny"))
     wrapped, opt = make(model)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from syncviz import schema as S
+from syncviz.trace import schema as S
 from syncviz.trace import new_meta, write_run
 
 MS = 1_000_000  # ns

@@ -7,9 +7,9 @@ from dash import Input, Output, html
 
 from syncviz import analysis as A
 
-from .. import charts as CH
-from .. import components as C
-from ..timeline import empty_figure
+from syncviz.dashboard.figures import charts as CH
+from syncviz.dashboard import components as C
+from syncviz.dashboard.figures.timeline import empty_figure
 
 
 GRAPHS = ("buckets-map", "buckets-duration", "buckets-busbw", "buckets-delay")

@@ -10,8 +10,8 @@ import time
 import dash
 from dash import Input, Output, State, dcc, html
 
-from .. import components as C
-from .. import timeline as TL
+from syncviz.dashboard import components as C
+from syncviz.dashboard.figures import timeline as TL
 
 
 LANE_MODES = [{"label": "auto", "value": "auto"}, {"label": "each rank", "value": "ranks"},

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import dash
 from dash import MATCH, Input, Output, dcc, html
 
-from .. import components as C
+from syncviz.dashboard import components as C
 
 
 COLUMNS = ["run", "status", "strategy", "ranks", "steps", "step time", "overlap", "exposed comm",

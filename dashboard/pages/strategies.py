@@ -7,9 +7,9 @@ from urllib.parse import parse_qs
 import dash
 from dash import Input, Output, State, dcc, html
 
-from .. import charts as CH
-from .. import components as C
-from ..timeline import empty_figure
+from syncviz.dashboard.figures import charts as CH
+from syncviz.dashboard import components as C
+from syncviz.dashboard.figures.timeline import empty_figure
 
 
 DEFAULT_MAX = 6

@@ -1,0 +1,160 @@
+"""Where the dashboard gets its data: the runs under one root, loaded once and cached.
+
+- Only runs discovered under the root are served: a run is asked for by its name (its path relative
+  to the root) and anything not in that list — ``../../etc``, an absolute path, a symlink leading
+  out of the root — is refused with a TraceError.
+- A loaded run is cached under a signature of its files (name, size, mtime), so a run that is
+  still being recorded is re-read when a rank flushes a step (Live), and a finished one never.
+- Whole-run tables (step_metrics, run_summary, ...) are computed lazily, once per signature. The
+  replay page only needs one step at a time: a step's events are sliced from the Arrow table
+  (sorted by step once) and analysed alone — every metric of a step depends only on that step's
+  rows — so opening a run with a million bucket events does not wait for whole-run analysis.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable
+
+
+from syncviz import trace as T
+from syncviz.trace import TraceError
+
+from syncviz.dashboard.data.loaded import LoadedRun, inside_root, signature
+
+log = logging.getLogger("syncviz.dashboard")
+
+LIST_TTL_S = 2.0          # how long a directory scan of the root is reused
+MAX_LOADED = 4            # runs kept in memory at once
+
+
+class RunStore:
+    """The runs under ``root``: discovery, safe lookup by name, and a cache of loaded runs."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()
+        self._listed: tuple[float, dict[str, Path]] = (0.0, {})
+        self._loaded: OrderedDict[str, LoadedRun | TraceError] = OrderedDict()
+        self._summaries: dict[str, tuple[tuple, tuple]] = {}
+        self._sigs: dict[str, tuple] = {}
+        self._load_locks: dict[str, threading.Lock] = {}
+
+    def names(self) -> list[str]:
+        return list(self._runs())
+
+    def has(self, name) -> bool:
+        """Is ``name`` a run under the root (rescanning once for a run created since the last scan)?"""
+        try:
+            self.path_of(name)
+            return True
+        except TraceError:
+            return False
+
+    def _runs(self, refresh: bool = False) -> dict[str, Path]:
+        with self._lock:
+            when, runs = self._listed
+            if not refresh and time.monotonic() - when < LIST_TTL_S:
+                return runs
+        runs = {}
+        for p in T.find_runs(self.root):
+            if not inside_root(p, self.root):
+                log.warning("skipping %s: it leads outside %s", p, self.root)
+                continue
+            rel = p.resolve().relative_to(self.root).as_posix()
+            runs[p.name if rel == "." else rel] = p
+        with self._lock:
+            self._listed = (time.monotonic(), runs)
+        return runs
+
+    def readable_names(self) -> list[str]:
+        """Runs whose run.json reads (a cheap check for defaults; loading may still fail)."""
+        out = []
+        for name, path in self._runs().items():
+            try:
+                T.read_meta(path)
+                out.append(name)
+            except TraceError:
+                pass
+        return out
+
+    def path_of(self, name: str) -> Path:
+        """The directory of run ``name``; only names found under the root are accepted."""
+        runs = self._runs()
+        if isinstance(name, str) and name not in runs:
+            runs = self._runs(refresh=True)   # a run created since the last scan
+        if not isinstance(name, str) or name not in runs:
+            raise TraceError(f"no run named {str(name)[:80]!r} under {self.root}")
+        return runs[name]
+
+    def signature(self, name: str) -> tuple:
+        return signature(self.path_of(name), self.root)
+
+    def get(self, name: str) -> LoadedRun:
+        """The loaded run (re-read when its files changed). Raises TraceError with one line."""
+        path = self.path_of(name)
+        with self._lock:
+            lock = self._load_locks.setdefault(name, threading.Lock())
+        with lock:   # one loader per run; concurrent callbacks wait for it instead of re-reading
+            sig = signature(path, self.root)
+            cached = self._loaded.get(name)
+            if cached is None or self._sigs.get(name) != sig:
+                if isinstance(cached, LoadedRun):
+                    cached.blocks.cancel()
+                try:
+                    cached = LoadedRun(name, path, sig)
+                except TraceError as e:
+                    cached = e
+                except Exception as e:   # a damaged file the reader did not foresee: one line, logged
+                    log.exception("cannot read run %s", name)
+                    cached = TraceError(f"{name}: cannot read ({e.__class__.__name__}: {str(e)[:160]})")
+                self._loaded[name], self._sigs[name] = cached, sig
+            self._keep_recent(name)
+        if isinstance(cached, TraceError):
+            raise cached
+        return cached
+
+    def _keep_recent(self, name: str) -> None:
+        """Keep the MAX_LOADED most recently used runs in memory (a 1M-event run holds ~1 GB once
+        analysed); the others are read again when asked for. Summaries survive (summary())."""
+        with self._lock:
+            self._loaded.move_to_end(name)
+            while len(self._loaded) > MAX_LOADED:
+                old, run = self._loaded.popitem(last=False)
+                self._sigs.pop(old, None)
+                if isinstance(run, LoadedRun):
+                    run.blocks.cancel()
+
+    def summary(self, name: str) -> tuple[dict, bool, list[str]]:
+        """(analysis.run_summary, still recording, problems) of a run, kept per file signature even
+        after the run itself was dropped from memory (the Runs page lists every run)."""
+        sig = self.signature(name)
+        hit = self._summaries.get(name)
+        if hit and hit[0] == sig:
+            return hit[1]
+        run = self.get(name)
+        out = (run.summary(), run.recording, list(run.problems))
+        self._summaries[name] = (run.sig, out)
+        return out
+
+    def prefetch(self, name: str, then: Callable[[LoadedRun], None] | None = None) -> None:
+        """Load run ``name`` in a thread (then call ``then`` with it): a page address naming a run
+        arrives ~1 s before the page's scripts ask for it. Unknown names are ignored."""
+        if not self.has(name):
+            return
+
+        def work():
+            try:
+                run = self.get(name)
+                if then is not None:
+                    then(run)
+            except Exception as e:   # the page's own request reports it
+                log.debug("prefetch of %s: %s", name, e)
+        threading.Thread(target=work, name="syncviz-prefetch", daemon=True).start()
+
+    def meta(self, name: str) -> dict:
+        """run.json of a run without loading its events (for listings)."""
+        return T.read_meta(self.path_of(name))

@@ -1,0 +1,1 @@
+"""Figure builders: plain functions of analysis tables (timeline, charts)."""

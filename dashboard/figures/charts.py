@@ -1,0 +1,206 @@
+"""Figure builders of the Buckets, Strategies and Ratios pages: plain functions of analysis tables
+-> Plotly figure dicts (no browser, no Dash needed to call or test them)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from syncviz.dashboard.figures.timeline import BUCKET_SCALE, COMPUTE_COLORS, EXPOSED_COLOR, empty_figure
+
+GL_POINTS = 2000    # above this many points per line, draw it with WebGL
+MARGIN = {"l": 70, "r": 20, "t": 44, "b": 44}
+SPLIT_COLORS = {"compute only": COMPUTE_COLORS["backward"], "overlapped comm": "#2ca02c",
+                "exposed comm": EXPOSED_COLOR, "other (idle, data, host)": "#c7c7c7"}
+
+
+def _title(text):
+    return {"text": text, "x": 0.01, "font": {"size": 14}}
+
+
+def _none(a):
+    """A list for JSON with NaN and ±inf as null (plotly leaves a gap)."""
+    a = np.asarray(a, dtype=float)
+    out = a.astype(object)
+    out[~np.isfinite(a)] = None
+    return out.tolist()
+
+
+# ------------------------------------------------------------------------------------ buckets
+
+def bucket_map_figure(bmap: pd.DataFrame) -> dict:
+    """Which parameters went into which bucket, per layout version (analysis.bucket_map): one bar
+    per bucket, stacked by parameter byte ranges; parameters DDP's rebuild moved are orange."""
+    if not len(bmap):
+        return empty_figure("no bucket layout recorded for this run")
+    versions = sorted(bmap["layout"].unique())
+    data = []
+    names = {0: "layout 0 (initial)", 1: "layout 1 (after DDP's rebuild)"}
+    for i, v in enumerate(versions):
+        f = bmap[bmap["layout"] == v]
+        moved = f["moved"].to_numpy()
+        color = np.where(moved, "#ff7f0e", np.where(f["param_index"].to_numpy() % 2 == 0, "#4c78a8", "#9ecae9"))
+        data.append({"type": "bar", "name": names.get(int(v), f"layout {v}"), "xaxis": f"x{i + 1}" if i else "x",
+                     "yaxis": "y", "x": f["bucket"].to_numpy(), "base": f["start_byte"].to_numpy() / 1e6,
+                     "y": f["bytes"].to_numpy() / 1e6, "width": 0.8, "showlegend": False,
+                     "marker": {"color": color.tolist(), "line": {"width": 0.5, "color": "white"}},
+                     "customdata": np.c_[f["param"].to_numpy(), f["numel"].to_numpy(), f["dtype"].to_numpy(),
+                                         f["param_index"].to_numpy(), moved].tolist(),
+                     "hovertemplate": "bucket %{x}: <b>%{customdata[0]}</b><br>%{customdata[1]:,} × %{customdata[2]}"
+                                      " = %{y:.2f} MB at %{base:.2f} MB<br>param index %{customdata[3]}"
+                                      " · moved by rebuild: %{customdata[4]}<extra></extra>"})
+    n = len(versions)
+    layout = {"title": _title("Bucket map: parameters per bucket (MB), orange = moved by DDP's rebuild"),
+              "barmode": "overlay", "height": 420, "margin": MARGIN, "yaxis": {"title": {"text": "MB"}},
+              "annotations": []}
+    gap = 0.06
+    w = (1 - gap * (n - 1)) / n
+    for i, v in enumerate(versions):
+        key = "xaxis" if i == 0 else f"xaxis{i + 1}"
+        layout[key] = {"domain": [i * (w + gap), i * (w + gap) + w], "title": {"text": "bucket"}}
+        if bmap["bucket"].max() < 40:
+            layout[key]["dtick"] = 1
+        if i:
+            layout[key]["anchor"] = "y"
+        layout["annotations"].append({"text": names.get(int(v), f"layout {v}"), "showarrow": False, "xref": "paper",
+                                      "yref": "paper", "x": i * (w + gap) + w / 2, "y": 1.0, "yanchor": "bottom"})
+    return {"data": data, "layout": layout}
+
+
+def distribution_figure(q: pd.DataFrame, title: str, unit: str, scale: float = 1.0) -> dict:
+    """Box per bucket from precomputed quantiles (analysis.quantiles): q0/q25/q50/q75/q100 and mean.
+    Sending a million raw values to the browser would cost megabytes; the quantiles are enough."""
+    if not len(q):
+        return empty_figure(f"no data for {title.lower()}")
+    x = q.index.to_numpy()
+    s = lambda c: (q[c].to_numpy(dtype=float) * scale)  # noqa: E731
+    colors = np.clip(x, 0, None) / max(1, x.max())
+    from plotly.colors import sample_colorscale
+    return {"data": [{"type": "box", "x": x, "q1": s("q25"), "median": s("q50"), "q3": s("q75"),
+                      "lowerfence": s("q0"), "upperfence": s("q100"), "mean": s("mean"), "name": title,
+                      "marker": {"color": "#4c78a8"}, "fillcolor": "rgba(76,120,168,0.35)",
+                      "line": {"color": "#2a4a75"}, "boxpoints": False,
+                      "hoverinfo": "x+y"}] +
+                    [{"type": "scatter", "mode": "markers", "x": x, "y": s("q50"), "name": "median",
+                      "marker": {"color": sample_colorscale(BUCKET_SCALE, list(colors)), "size": 7},
+                      "customdata": q["count"].to_numpy(),
+                      "hovertemplate": "bucket %{x}: median %{y:.3g} " + unit + " (%{customdata} events)<extra></extra>"}],
+            "layout": {"title": _title(title), "height": 330, "margin": MARGIN, "showlegend": False,
+                       "xaxis": {"title": {"text": "bucket"}}, "yaxis": {"title": {"text": unit}}}}
+
+
+# --------------------------------------------------------------------------------- strategies
+
+def op_bytes_figure(by_run: dict[str, pd.DataFrame]) -> dict:
+    """Bytes per step and rank by collective op (analysis.op_bytes_per_step), runs side by side."""
+    ops = sorted({op for t in by_run.values() for op in t["op"]})
+    if not ops:
+        return empty_figure("no collectives recorded in these runs")
+    runs = list(by_run)
+    data = []
+    for op in ops:
+        y = [float(t.loc[t["op"] == op, "bytes_per_step"].sum()) / 1e6 for t in by_run.values()]
+        c = [float(t.loc[t["op"] == op, "count_per_step"].sum()) for t in by_run.values()]
+        data.append({"type": "bar", "name": op or "(unnamed)", "x": runs, "y": y, "customdata": c,
+                     "hovertemplate": "%{x}<br>" + (op or "?") + ": %{y:.2f} MB per step (%{customdata:.1f} calls)<extra></extra>"})
+    return {"data": data, "layout": {"title": _title("Bytes per step and rank by collective (MB)"),
+                                     "barmode": "stack", "height": 360, "margin": MARGIN,
+                                     "yaxis": {"title": {"text": "MB per step"}}}}
+
+
+def time_split_figure(by_run: dict[str, dict]) -> dict:
+    """Mean step split into compute only / overlapped comm / exposed comm / other (analysis.time_split)."""
+    runs = list(by_run)
+    parts = [("compute only", "compute_only_ms"), ("overlapped comm", "overlapped_ms"),
+             ("exposed comm", "exposed_ms"), ("other (idle, data, host)", "other_ms")]
+    data = [{"type": "bar", "orientation": "h", "name": label, "y": runs,
+             "x": _none([by_run[r][key] for r in runs]), "marker": {"color": SPLIT_COLORS[label]},
+             "hovertemplate": "%{y}<br>" + label + ": %{x:.2f} ms<extra></extra>"} for label, key in parts]
+    return {"data": data, "layout": {"title": _title("Mean step time split (ms): compute, overlapped comm, exposed comm"),
+                                     "barmode": "stack", "height": 120 + 50 * len(runs), "margin": {**MARGIN, "l": 160},
+                                     "xaxis": {"title": {"text": "ms per step"}}, "yaxis": {"autorange": "reversed"},
+                                     "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0,
+                                                "xanchor": "right", "traceorder": "normal"}}}
+
+
+MEMORY_KEYS = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
+               ("optimizer_bytes", "optimizer state"), ("peak_allocated_bytes", "peak allocated")]
+
+
+def memory_figure(by_run: dict[str, dict | None]) -> dict:
+    """Per-rank memory as run.json's optional "memory" records it (rank 0 where it is per rank)."""
+    have = {r: m for r, m in by_run.items() if m}
+    if not have:
+        return empty_figure("memory was not recorded for these runs (run.json has no \"memory\")")
+    runs = list(have)
+    data = [{"type": "bar", "name": label, "x": runs, "y": _none([(have[r].get(key) or np.nan) / 2**20 for r in runs]),
+             "hovertemplate": "%{x}<br>" + label + ": %{y:.1f} MiB<extra></extra>"} for key, label in MEMORY_KEYS]
+    return {"data": data, "layout": {"title": _title("Memory per rank (MiB, from run.json)"), "barmode": "group",
+                                     "height": 360, "margin": MARGIN, "yaxis": {"title": {"text": "MiB"}}}}
+
+
+def memory_of(meta: dict) -> dict | None:
+    """run.json "memory": a dict of byte counts, or per rank (list, or dict keyed by rank): rank 0's."""
+    mem = meta.get("memory")
+    if isinstance(mem, list) and mem:
+        mem = mem[0]
+    if isinstance(mem, dict) and mem and all(isinstance(v, dict) for v in mem.values()):
+        mem = mem.get("0") or mem.get(0) or next(iter(mem.values()))
+    if not isinstance(mem, dict):
+        return None
+    return {k: float(mem[k]) for k, _ in MEMORY_KEYS if isinstance(mem.get(k), (int, float))} or None
+
+
+# ------------------------------------------------------------------------------------- ratios
+
+def over_steps_figure(spread: dict[str, pd.DataFrame], live: bool = False) -> dict:
+    """Compute/comm ratio, overlap % and exposed comm per step: median over ranks with the
+    min–max band (analysis.quantiles of step_metrics by step). Steps are drawn with WebGL."""
+    rows = [("compute_comm_ratio", "compute / comm", 1.0, "y"), ("overlap_pct", "overlap %", 1.0, "y2"),
+            ("exposed_ns", "exposed comm (ms)", 1e-6, "y3")]
+    data = []
+    for col, label, scale, axis in rows:
+        q = spread.get(col)
+        if q is None or not len(q):
+            continue
+        x = q.index.to_numpy()
+        lo, mid, hi = (q[c].to_numpy(dtype=float) * scale for c in ("q0", "q50", "q100"))
+        # The band is SVG (WebGL fills are unreliable); the median line is WebGL once steps are many.
+        data.append({"type": "scatter", "mode": "lines", "x": x, "y": _none(hi), "yaxis": axis, "line": {"width": 0},
+                     "showlegend": False, "hoverinfo": "skip", "name": f"{label} max"})
+        data.append({"type": "scatter", "mode": "lines", "x": x, "y": _none(lo), "yaxis": axis, "line": {"width": 0},
+                     "fill": "tonexty", "fillcolor": "rgba(76,120,168,0.2)", "showlegend": False,
+                     "hoverinfo": "skip", "name": f"{label} min"})
+        data.append({"type": "scattergl" if len(x) > GL_POINTS else "scatter",
+                     "mode": "lines+markers" if len(x) < 80 else "lines", "x": x, "y": _none(mid),
+                     "yaxis": axis, "name": label, "line": {"color": EXPOSED_COLOR if "exposed" in label else "#2a4a75"},
+                     "marker": {"size": 4}, "customdata": np.c_[lo, hi].tolist(),
+                     "hovertemplate": "step %{x}: " + label
+                     + " median %{y:.3g} (ranks %{customdata[0]:.3g}–%{customdata[1]:.3g})<extra></extra>"})
+    if not data:
+        return empty_figure("no complete step yet")
+    layout = {"title": _title("Per step: median over ranks, band = min–max over ranks" + (" · live" if live else "")),
+              "height": 560, "margin": MARGIN, "showlegend": False, "hovermode": "x",
+              "xaxis": {"title": {"text": "step"}, "anchor": "y3", "zeroline": False},
+              "yaxis": {"domain": [0.70, 1.0], "title": {"text": "compute / comm"}},
+              "yaxis2": {"domain": [0.36, 0.64], "title": {"text": "overlap %"}, "range": [0, 105]},
+              "yaxis3": {"domain": [0.0, 0.30], "title": {"text": "exposed ms"}}}
+    return {"data": data, "layout": layout}
+
+
+def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
+    """Rank × step heatmap of analysis.rank_step_skew (ms late vs the first rank): a straggler is a
+    hot row. Runs with more steps than max_cols show every k-th step (labelled) to stay light."""
+    if table is None or not len(table):
+        return empty_figure("no bucket collectives seen on two or more ranks")
+    cols = table.columns.to_numpy()
+    if len(cols) > max_cols:
+        table = table.iloc[:, ::int(np.ceil(len(cols) / max_cols))]
+    z = table.to_numpy(dtype=float) / 1e6
+    return {"data": [{"type": "heatmap", "z": np.where(np.isnan(z), None, z).tolist(),
+                      "x": table.columns.tolist(), "y": table.index.tolist(), "colorscale": "Reds", "zmin": 0,
+                      "colorbar": {"title": {"text": "ms late"}, "thickness": 12},
+                      "hovertemplate": "rank %{y} · step %{x}<br>launched %{z:.2f} ms after the first rank "
+                                       "(mean over buckets)<extra></extra>"}],
+            "layout": {"title": _title("Launch skew, rank × step (analysis.rank_step_skew): stragglers are hot rows"),
+                       "height": int(min(800, 160 + 10 * len(table))), "margin": MARGIN,
+                       "xaxis": {"title": {"text": "step"}}, "yaxis": {"title": {"text": "rank"}, "autorange": "reversed"}}}

@@ -1,0 +1,12 @@
+"""Analysis: pure functions of the trace tables → metric tables. The single definition of every
+number syncviz shows (``metrics``), the tables views lay out (``tables``) and the interval
+arithmetic both use (``intervals``). No plotting, no I/O, no torch.
+
+``from syncviz import analysis as A`` gives every public function of the three modules.
+"""
+from syncviz.analysis.intervals import (BLOCKING, Coverage, blocking_rows, comm_rows,  # noqa: F401
+                                        compute_intervals, innermost_optimizer_rows, merge_intervals,
+                                        subtract_intervals, wire_mask)
+from syncviz.analysis.metrics import *  # noqa: F401,F403
+from syncviz.analysis.metrics import NS, busbw_factor  # noqa: F401
+from syncviz.analysis.tables import *  # noqa: F401,F403

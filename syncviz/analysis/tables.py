@@ -1,0 +1,243 @@
+"""Tables across ranks and steps built from the per-(rank, step) metrics: what the summary, the
+dashboard and the exports lay out. Pure functions of the trace tables (see metrics.py for the
+definitions they aggregate)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from syncviz.trace import schema as S
+from syncviz.trace import Run
+from syncviz.analysis.intervals import (_groups, comm_rows, compute_intervals, merge_intervals,  # noqa: F401
+                                        subtract_intervals, wire_mask)
+from syncviz.analysis.metrics import (NS, _ms, bucket_metrics, busbw_factor, comm_metrics,  # noqa: F401
+                                      headline_steps, skew, step_metrics)
+
+
+# ------------------------------------------------------------- tables across ranks (exports)
+
+def step_table(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """One row per step, across ranks: mean of each per-rank time (ns) and of bytes, the slowest
+    rank's step time, overlap % and compute/comm ratio over the summed ranks (as run_summary
+    weighs them), and the median busbw (GB/s) of that step's comm events."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    steps = step_metrics(ev)
+    cols = ["step", "ranks", "step_ns", "step_max_ns", "forward_ns", "backward_ns", "optimizer_ns",
+            "compute_ns", "comm_busy_ns", "overlapped_ns", "exposed_ns", "overlap_pct",
+            "compute_comm_ratio", "bytes", "busbw_gbps"]
+    if not len(steps):
+        return pd.DataFrame(columns=cols)
+    g = steps.groupby("step", sort=True)
+    means = ["step_ns", "forward_ns", "backward_ns", "optimizer_ns", "compute_ns", "comm_busy_ns",
+             "overlapped_ns", "exposed_ns", "bytes"]
+    out = g[means].mean()
+    out["ranks"] = g["rank"].nunique()
+    out["step_max_ns"] = g["step_ns"].max()
+    sums = g[["overlapped_ns", "comm_busy_ns", "forward_ns", "backward_ns", "optimizer_ns"]].sum()
+    busy = sums["comm_busy_ns"].to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["overlap_pct"] = np.where(busy > 0, 100.0 * sums["overlapped_ns"] / busy, np.nan)
+        phases = (sums["forward_ns"] + sums["backward_ns"] + sums["optimizer_ns"]).to_numpy(dtype=float)
+        out["compute_comm_ratio"] = np.where(busy > 0, phases / busy, np.inf)
+    comm = comm_metrics(ev, kinds=S.COMM_KINDS)
+    out["busbw_gbps"] = comm.groupby("step")["busbw_gbps"].median() if len(comm) else np.nan
+    return out.reset_index()[cols]
+
+
+def bucket_table(run_or_events: Run | pd.DataFrame, headline: bool = True) -> pd.DataFrame:
+    """One row per bucket (over ranks and, by default, headline steps): op, bytes, count, and the
+    median duration, launch delay, exposed time (ns) and busbw (GB/s)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    b = bucket_metrics(ev)
+    cols = ["bucket", "op", "bytes", "count", "duration_ns", "launch_delay_ns", "exposed_ns", "busbw_gbps"]
+    if not len(b):
+        return pd.DataFrame(columns=cols)
+    if headline and b["step"].nunique() > 1:
+        b = b[b["step"] > b["step"].min()]
+    out = b.groupby("bucket", sort=True).agg(
+        op=("op", "first"), bytes=("bytes", "max"), count=("duration_ns", "size"),
+        duration_ns=("duration_ns", "median"), launch_delay_ns=("launch_delay_ns", "median"),
+        exposed_ns=("exposed_ns", "median"), busbw_gbps=("busbw_gbps", "median"))
+    return out.reset_index()[cols]
+
+
+def bytes_in_flight(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Per rank, the bytes of communication in flight as a step function: rows (rank, t_ns, bytes)
+    where ``bytes`` holds from t_ns until the rank's next row. Counts the same events as
+    step_metrics' bytes (every bucket, plus collectives not issued inside a bucket's hook)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    comm = comm_rows(ev)
+    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
+    if not len(wire):
+        return pd.DataFrame({"rank": pd.Series(dtype=int), "t_ns": pd.Series(dtype=np.int64),
+                             "bytes": pd.Series(dtype=np.int64)})
+    r = wire["rank"].to_numpy()
+    nb = wire["bytes"].to_numpy(dtype=np.int64)
+    changes = pd.DataFrame({"rank": np.r_[r, r],
+                            "t_ns": np.r_[wire["start_ns"].to_numpy(), wire["end_ns"].to_numpy()],
+                            "delta": np.r_[nb, -nb]})
+    # Sum changes at the same instant first, so a collective ending exactly when the next starts
+    # does not show a spurious dip or peak.
+    changes = changes.groupby(["rank", "t_ns"], sort=True)["delta"].sum().reset_index()
+    changes["bytes"] = changes.groupby("rank")["delta"].cumsum().astype(np.int64)
+    return changes[["rank", "t_ns", "bytes"]].reset_index(drop=True)
+
+
+def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
+    """step_metrics' columns per step, as the median over ranks (index: step)."""
+    return steps.groupby("step").median(numeric_only=True)
+
+
+def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFrame:
+    """One row per (layout, bucket) of bucket rows from comm_metrics: parameter count (from one
+    rank's layout), bytes, dtype, and median launch delay, duration, algbw, busbw, exposed."""
+    lay = layouts[layouts["rank"] == layouts["rank"].min()] if len(layouts) else layouts
+    nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
+    g = comm.groupby(["layout", "bucket"]).agg(
+        bytes=("bytes", "max"), dtype=("dtype", "first"), launch_delay_ns=("launch_delay_ns", "median"),
+        duration_ns=("duration_ns", "median"), algbw_gbps=("algbw_gbps", "median"),
+        busbw_gbps=("busbw_gbps", "median"), exposed_ns=("exposed_ns", "median"))
+    g["params"] = [int(nparams.get(k, 0)) for k in g.index]
+    return g
+
+
+def collective_table(comm: pd.DataFrame) -> pd.DataFrame:
+    """One row per (phase, op) of collective rows from comm_metrics, per (rank, step) on average:
+    calls, bytes and busy time; plus the median busbw (GB/s)."""
+    nsteps = max(1, comm[["rank", "step"]].drop_duplicates().shape[0])
+    g = comm.groupby(["phase", "op"]).agg(calls=("bytes", "size"), bytes=("bytes", "sum"),
+                                          duration_ns=("duration_ns", "sum"), busbw_gbps=("busbw_gbps", "median"))
+    g[["calls", "bytes", "duration_ns"]] = g[["calls", "bytes", "duration_ns"]] / nsteps
+    return g
+
+
+# ------------------------------------------------------------------ tables for views (dashboard)
+# Small pure functions the dashboard draws from, so that the views compute nothing themselves.
+
+def exposed_intervals(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Where comm is exposed: per (rank, step), the disjoint intervals of ∪comm minus ∪compute.
+    Their lengths sum to step_metrics' exposed_ns."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    comp, comm = compute_intervals(ev), comm_rows(ev)
+    cols = ["rank", "step", "start_ns", "end_ns"]
+    if not len(comm):
+        return pd.DataFrame(columns=cols)
+    idx, (cc, mc), _, _ = _groups(comp, comm)
+    cg, cs, ce = merge_intervals(cc, comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy())
+    mg, ms, me = merge_intervals(mc, comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
+    # Sweep the boundaries of both unions; between consecutive boundaries of a group the state is
+    # constant, and a piece is exposed where comm is on and compute is off.
+    g = np.r_[mg, mg, cg, cg]
+    t = np.r_[ms, me, cs, ce]
+    d_comm = np.r_[np.ones(len(mg)), -np.ones(len(mg)), np.zeros(2 * len(cg))]
+    d_comp = np.r_[np.zeros(2 * len(mg)), np.ones(len(cg)), -np.ones(len(cg))]
+    order = np.lexsort((t, g))
+    g, t = g[order], t[order]
+    on_comm, on_comp = np.cumsum(d_comm[order]) > 0, np.cumsum(d_comp[order]) > 0
+    keep = np.r_[(g[1:] == g[:-1]) & (t[1:] > t[:-1]) & on_comm[:-1] & ~on_comp[:-1], False]
+    pg, ps, pe = merge_intervals(g[keep], t[keep], t[np.flatnonzero(keep) + 1])
+    return pd.DataFrame({"rank": idx.get_level_values(0)[pg].astype(int),
+                         "step": idx.get_level_values(1)[pg].astype(int),
+                         "start_ns": ps, "end_ns": pe})
+
+
+def launch_lateness(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """Per bucket row: how late this rank launched it (launch − earliest launch of the same
+    (step, micro, bucket) among ranks, ns). rank_step_skew is its mean per (rank, step)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    rows = comm_rows(ev)
+    rows = rows[rows["kind"] == S.BUCKET][["rank", "step", "micro", "bucket", "launch_ns"]]
+    first = rows.groupby(["step", "micro", "bucket"], observed=True)["launch_ns"].transform("min")
+    return rows.assign(late_ns=rows["launch_ns"] - first).reset_index(drop=True)
+
+
+def rank_lanes(run_or_events: Run | pd.DataFrame, stats=("min", "median", "max")) -> pd.DataFrame:
+    """Events-like table of quantile lanes: for each (step, micro, kind, bucket, name) the min /
+    median / max over ranks of start, end, ready and launch; ``rank`` holds the index in ``stats``.
+    Analysis functions accept it like real events (one "rank" per statistic)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    # grad_ready rows too: backward compute ends at the last gradient ready (compute_intervals)
+    ev = ev[ev["kind"].isin(S.COMPUTE_KINDS + S.COMM_KINDS + (S.STEP, S.GRAD_READY))]
+    keys = ["step", "micro", "kind", "bucket", "name", "op", "layout"]
+    times = ["start_ns", "end_ns", "ready_ns", "launch_ns"]
+    g = ev.groupby(keys, observed=True, sort=False)
+    first = g[["bytes", "logical_bytes", "dtype", "group_size", "phase"]].first()
+    frames = []
+    for i, stat in enumerate(stats):
+        f = g[times].agg(stat).round().astype(np.int64).join(first).reset_index()
+        f["rank"] = i
+        frames.append(f)
+    out = pd.concat(frames, ignore_index=True)
+    out["kind"] = out["kind"].astype(str)
+    return out
+
+
+def quantiles(table: pd.DataFrame, by: str, value: str, qs=(0.0, 0.25, 0.5, 0.75, 1.0)) -> pd.DataFrame:
+    """Distribution of ``value`` per ``by`` (index) as columns q0, q25, ..., plus mean and count."""
+    t = table[[by, value]].dropna()
+    g = t.groupby(by, sort=True)[value]
+    out = pd.concat({f"q{round(q * 100)}": g.quantile(q) for q in qs}, axis=1)
+    return out.assign(mean=g.mean(), count=g.size())
+
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+             "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def bucket_map(layouts: pd.DataFrame) -> pd.DataFrame:
+    """Bucket contents per layout version (one rank's layouts): byte range of every parameter inside
+    its bucket and whether DDP's rebuild moved it to another bucket."""
+    if not len(layouts):
+        return pd.DataFrame(columns=["layout", "bucket", "param", "param_index", "numel", "dtype",
+                                     "bytes", "start_byte", "moved"])
+    lay = layouts[layouts["rank"] == layouts["rank"].min()] if "rank" in layouts else layouts
+    lay = lay.sort_values(["layout", "bucket", "offset"]).reset_index(drop=True)
+    itemsize = lay["dtype"].astype(str).str.replace("torch.", "", regex=False).map(_ITEMSIZE).fillna(4)
+    lay["bytes"] = lay["numel"] * itemsize
+    lay["start_byte"] = lay["offset"] * itemsize
+    home = lay[lay["layout"] == lay["layout"].min()].set_index("param")["bucket"]
+    lay["moved"] = lay["param"].map(home).fillna(-1).astype(int) != lay["bucket"]
+    return lay
+
+
+def op_bytes_per_step(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataFrame:
+    """Bytes on the wire per step and rank by collective op (mean over ranks and headline steps,
+    or over ``steps`` when given); counted like step_metrics' bytes (bucket rows + collectives not
+    issued inside a bucket hook)."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    comm = comm_rows(ev)
+    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
+    if steps is not None:
+        wire = wire[wire["step"].isin(list(steps))]
+    if not len(wire):
+        return pd.DataFrame(columns=["op", "bytes_per_step", "count_per_step"])
+    all_steps = sorted(wire["step"].unique())
+    if steps is None and len(all_steps) > 1:
+        wire = wire[wire["step"] > all_steps[0]]
+    n = wire.groupby(["rank", "step"]).ngroups
+    g = wire.assign(op=wire["op"].astype(str)).groupby("op")
+    return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n,
+                         "count_per_step": g.size() / n}).reset_index()
+
+
+def time_split(steps: pd.DataFrame) -> dict:
+    """Mean headline step split into compute only, overlapped comm, exposed comm and other (idle,
+    data loading...), in ms; the parts add up to the mean step time."""
+    h = headline_steps(steps) if len(steps) else steps
+    if not len(h):
+        return {k: float("nan") for k in ("step_ms", "compute_only_ms", "overlapped_ms", "exposed_ms", "other_ms")}
+    m = h[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].mean()
+    other = max(0.0, m["step_ns"] - m["compute_ns"] - m["exposed_ns"])
+    return {"step_ms": _ms(m["step_ns"]), "compute_only_ms": _ms(m["compute_ns"] - m["overlapped_ns"]),
+            "overlapped_ms": _ms(m["overlapped_ns"]), "exposed_ms": _ms(m["exposed_ns"]),
+            "other_ms": _ms(other)}
+
+
+def rank_spread(table: pd.DataFrame, columns, by: str = "step") -> pd.DataFrame:
+    """Min, median and max over ranks of per-rank columns (e.g. step_metrics) for each ``by``
+    value: columns ``<col>_min``, ``<col>_median``, ``<col>_max`` (one groupby for all)."""
+    cols = list(columns)
+    t = table[[by] + cols].replace([np.inf, -np.inf], np.nan)
+    agg = t.groupby(by, sort=True)[cols].agg(["min", "median", "max"])
+    agg.columns = [f"{c}_{s}" for c, s in agg.columns]
+    return agg.reset_index()

@@ -1,0 +1,87 @@
+"""A step's records → one record batch's columns (schema.EVENT_COLUMNS). Runs once per step at the
+step boundary, off the hooks' hot path; a pure function of the records, so it is tested alone."""
+from __future__ import annotations
+
+from typing import Callable
+
+from syncviz.record.events import BucketCall, CollectiveCall, GradReady, Phase
+from syncviz.trace import schema as S
+
+_COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)
+
+
+def build_batch(step: int, *, phases: list[Phase], ready: list[GradReady], buckets: list[BucketCall],
+                collectives: list[CollectiveCall], base: int, world_size: int, step_start: int | None,
+                param_name: Callable[[int], str],
+                bucket_params: Callable[[int, int], list[int]]) -> dict[str, list]:
+    """Columns of one step. ``base`` turns a local-clock stamp into the aligned clock (gradient-ready
+    times are stamped locally, the hottest hook); ``bucket_params(layout, index)`` lists a bucket's
+    parameter indices."""
+    cols: dict[str, list] = {c: [] for c in S.EVENT_COLUMNS}
+    append = [cols[c].append for c in S.EVENT_COLUMNS]
+
+    def add(kind, name, start, end, micro=0, bucket=-1, op="", nbytes=0, dtype="", group_size=0,
+            ready=-1, launch=-1, phase="", layout=-1, logical=0):
+        for a, v in zip(append, (step, micro, kind, name, start, end, bucket, op, nbytes, dtype,
+                                 group_size, ready, launch, phase, layout, logical)):
+            a(v)
+
+    spans = []   # (start, end, kind) for phase lookup
+    for p in phases:
+        add(p.kind, p.name, p.start, p.end, micro=max(p.micro, 0), layout=p.depth)
+        spans.append((p.start, p.end, p.kind))
+    ready_by: dict[tuple[int, int], int] = {}
+    for r in ready:
+        t = r.t_local + base
+        add(S.GRAD_READY, param_name(r.param), t, t, micro=max(r.micro, 0))
+        key = (r.micro, r.param)
+        ready_by[key] = max(ready_by.get(key, -1), t)
+    # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
+    # the collectives issued inside it.
+    sent: dict[tuple[int, int], int] = {}
+    sent_dtype: dict[tuple[int, int], str] = {}
+    for c in collectives:
+        if c.bucket >= 0 and c.kind == S.COLLECTIVE:
+            key = (c.micro, c.bucket)
+            sent[key] = sent.get(key, 0) + c.nbytes
+            sent_dtype.setdefault(key, c.dtype)
+    for b in buckets:
+        last_ready = max((ready_by.get((b.micro, i), -1) for i in bucket_params(b.layout, b.index)), default=-1)
+        key = (max(b.micro, 0), b.index)
+        add(S.BUCKET, b.hook, b.launch, b.done, micro=max(b.micro, 0), bucket=b.index, op="all_reduce",
+            nbytes=sent.get(key, b.nbytes), dtype=sent_dtype.get(key, b.dtype), group_size=world_size,
+            ready=last_ready, launch=b.launch, phase=phase_at(b.launch, spans), layout=b.layout,
+            logical=b.nbytes)
+    for c in collectives:
+        add(c.kind, c.name, c.launch, c.done, micro=c.micro, bucket=c.bucket, op=c.op, nbytes=c.nbytes,
+            dtype=c.dtype, group_size=c.group_size, ready=c.ready, launch=c.launch,
+            phase=c.phase or phase_at(c.launch, spans), layout=c.layout,
+            logical=c.nbytes if c.logical_bytes < 0 else c.logical_bytes)
+    starts = [s for s in cols["start_ns"] if s >= 0]
+    if starts:
+        add(S.STEP, "step", step_start if step_start is not None else min(starts), max(cols["end_ns"]))
+    return cols
+
+
+def phase_at(t: int, spans: list[tuple[int, int, str]]) -> str:
+    """The compute phase a launch fell in ("other" outside forward, backward and optimizer)."""
+    for s, e, kind in spans:
+        if s <= t <= e and kind in _COMPUTE:
+            return kind
+    return "other"
+
+
+def apply_cuda_times(cols: dict[str, list], buckets: list[BucketCall], anchor) -> None:
+    """Replace host times of CUDA bucket rows by GPU-side start/end: the anchor's host time plus
+    the anchor event's elapsed time to each bucket's start/end event (events already completed)."""
+    if not anchor:
+        return
+    t_anchor, ev_anchor = anchor
+    by_key = {(max(b.micro, 0), b.index, b.launch): b.cuda for b in buckets if b.cuda is not None}
+    for i, kind in enumerate(cols["kind"]):
+        if kind != S.BUCKET:
+            continue
+        evs = by_key.get((cols["micro"][i], cols["bucket"][i], cols["launch_ns"][i]))
+        if evs and evs[1] is not None:
+            cols["start_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
+            cols["end_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[1]) * 1e6)

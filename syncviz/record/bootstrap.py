@@ -1,0 +1,56 @@
+"""Runs inside every rank that ``syncviz trace`` starts (as ``python -m syncviz.record.bootstrap``):
+starts the recorder, then runs the user's script or module exactly as ``python script.py`` /
+``python -m module`` would, with their arguments. No change to the user's code.
+
+Configuration comes from one environment variable (options.TraceOptions) set by syncviz.record.launch
+(torchrun passes the environment to its workers)."""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def main() -> None:
+    from syncviz.record.options import TraceOptions
+    opts = TraceOptions.from_env()
+    if opts is None:
+        sys.exit("syncviz.record.bootstrap: run it through `syncviz trace` (no trace options in the environment)")
+    args = sys.argv[1:]
+    profiler = None
+    rank = int(os.environ.get("RANK", "0"))
+    if opts.profile:
+        from syncviz.record.profiling import StepProfiler, parse_profile_steps
+        profiler = StepProfiler(opts.out, rank, *parse_profile_steps(opts.profile))
+    from syncviz.record import api
+    rec = api.start(opts.out, name=opts.name or None, steps=opts.steps, command=opts.command or None,
+                    profiler=profiler, backend=opts.backend)
+    if opts.collectives:
+        from syncviz.record import collectives
+        collectives.install(rec)
+    target, is_module = opts.target, opts.is_module
+    finished = False
+    try:
+        if is_module:
+            sys.argv = [target, *args]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+        finished = True
+    except SystemExit as e:
+        finished = e.code in (None, 0)
+        raise
+    finally:
+        rec.close(finished=finished)
+        # Free what the script left in reference cycles (models, process groups, works) now,
+        # while Python is fully alive: left to interpreter teardown, gloo's threads may release
+        # Python objects after finalization began, which aborts the process ("terminate called
+        # without an active exception") after a perfectly good run.
+        import gc
+        gc.collect()
+
+
+if __name__ == "__main__":
+    main()

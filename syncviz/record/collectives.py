@@ -1,0 +1,296 @@
+"""Time every torch.distributed collective a rank issues: one "collective" row per call, with its
+op, bytes (nccl-tests' busbw convention: the whole, unsharded array for reduce_scatter and
+all_gather), dtype, group size, launch and completion time.
+
+``install(rec)`` patches the public functions of torch.distributed (and the same names in
+distributed_c10d, which torch's own wrappers call: ``all_gather_into_tensor`` →
+``all_gather_single``). What the strategies really call, read from torch 2.13's source:
+DDP comm hooks (default, fp16/bf16 compress, PowerSGD) → ``all_reduce(async_op=True)``;
+FSDP2 ``fully_shard`` → ``all_gather_single`` and ``reduce_scatter_single`` (synchronous on CPU);
+``ZeroRedundancyOptimizer`` → ``broadcast(async_op=True)`` per parameter (or per bucket), waited.
+
+Rules (DESIGN.md): the wrapper never blocks and never synchronizes a device; it appends one list
+record (``Recorder.add_collective``) and stamps completion from the work's future (``add_done_callback``) or,
+for a backend whose work has no future (gloo's reduce_scatter), when the caller waits on it.
+A collective torch implements by calling another public one is recorded once (the outer call).
+Collectives syncviz runs for itself (clock alignment, rank info) are not recorded
+(``Recorder.own_collectives``).
+
+A synchronous call on host memory blocks the calling thread until the data has moved: no compute
+can hide it. Its row's name ends with BLOCKING (" (blocking)"), and syncviz.analysis removes those
+intervals from the compute intervals, so exposed communication stays honest for FSDP on gloo.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from syncviz.record.events import CollectiveCall
+from syncviz.trace import schema as S
+
+BLOCKING = S.BLOCKING
+
+_REC = None                 # the recorder rows go to (None: every wrapper is a pass-through)
+_ORIG: dict[tuple[object, str], object] = {}
+_TLS = threading.local()    # .busy: inside a recorded call (nested public calls are not recorded)
+_PENDING: dict[int, tuple[object, CollectiveCall]] = {}    # id(work) → (work, call) for works without a future
+
+
+# ---------------------------------------------------------------- what each API moves (bytes)
+# Each describer has the signature of the torch function it describes, so Python binds the call's
+# arguments for us (fast, no inspect), and returns (op, bytes, tensor, group, async_op).
+
+def _nb(t) -> int:
+    return t.numel() * t.element_size()
+
+
+def _all_reduce(tensor, op=None, group=None, async_op=False):
+    return "all_reduce", _nb(tensor), tensor, group, async_op
+
+
+def _all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
+    return "all_reduce", sum(_nb(t) for t in tensors), tensors[0], group, async_op
+
+
+def _reduce_scatter_single(output, input, op=None, group=None, async_op=False):
+    return "reduce_scatter", _nb(input), input, group, async_op
+
+
+def _reduce_scatter(output, input_list, op=None, group=None, async_op=False):
+    return "reduce_scatter", sum(_nb(t) for t in input_list), output, group, async_op
+
+
+def _all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
+    return "all_gather", _nb(output_tensor), input_tensor, group, async_op
+
+
+def _all_gather(tensor_list, tensor, group=None, async_op=False):
+    return "all_gather", sum(_nb(t) for t in tensor_list), tensor, group, async_op
+
+
+def _all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op=False):
+    return ("all_gather", sum(_nb(t) for ts in output_tensor_lists for t in ts), input_tensor_list[0],
+            group, async_op)
+
+
+def _broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    return "broadcast", _nb(tensor), tensor, group, async_op
+
+
+def _reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
+    return "reduce", _nb(tensor), tensor, group, async_op
+
+
+def _all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                       async_op=False):
+    return "all_to_all", _nb(input), input, group, async_op
+
+
+def _all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    return "all_to_all", sum(_nb(t) for t in input_tensor_list), input_tensor_list[0], group, async_op
+
+
+def _barrier(group=None, async_op=False, device_ids=None, timeout=None):
+    return "barrier", 0, None, group, async_op
+
+
+def _gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    return "gather", _nb(tensor), tensor, group, async_op
+
+
+def _scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    return "scatter", _nb(tensor), tensor, group, async_op
+
+
+APIS = {
+    "all_reduce": _all_reduce,
+    "all_reduce_coalesced": _all_reduce_coalesced,
+    "reduce_scatter_single": _reduce_scatter_single,
+    "reduce_scatter_tensor": _reduce_scatter_single,
+    "_reduce_scatter_base": _reduce_scatter_single,
+    "reduce_scatter": _reduce_scatter,
+    "all_gather_single": _all_gather_single,
+    "all_gather_into_tensor": _all_gather_single,
+    "_all_gather_base": _all_gather_single,
+    "all_gather": _all_gather,
+    "all_gather_coalesced": _all_gather_coalesced,
+    "broadcast": _broadcast,
+    "reduce": _reduce,
+    "all_to_all_single": _all_to_all_single,
+    "all_to_all": _all_to_all,
+    "barrier": _barrier,
+    "gather": _gather,
+    "scatter": _scatter,
+}
+
+
+# ------------------------------------------------------------------------------- the wrapper
+
+def _wrap(name: str, orig, describe):
+    def collective(*args, **kwargs):
+        rec = _REC
+        if rec is None or rec.quiet or getattr(_TLS, "busy", False) or rec.closed:
+            return orig(*args, **kwargs)
+        try:
+            op, nbytes, tensor, group, async_op = describe(*args, **kwargs)
+        except (TypeError, AttributeError, IndexError):   # a call torch will reject: let torch say why
+            return orig(*args, **kwargs)
+        launch = rec.now()
+        _TLS.busy = True
+        try:
+            work = orig(*args, **kwargs)
+            returned = rec.now()
+        finally:
+            _TLS.busy = False
+        resolved = group or c10d._get_default_group()
+        size = resolved.size()
+        label = name
+        coalesced = resolved in c10d._world.pg_coalesce_state
+        if coalesced:
+            label += " (coalesced)"
+        elif not async_op and (tensor is None or not tensor.is_cuda):
+            label += BLOCKING    # the host waited until the data had moved
+        # the step and (phase "") the compute phase it fell in are set at the step boundary
+        row = CollectiveCall(S.COLLECTIVE, label, op, max(rec.micro, 0), launch, nbytes,
+                             S.dtype_name(None if tensor is None else tensor.dtype), size,
+                             bucket=rec.current_bucket)
+        if coalesced:
+            _COALESCED.setdefault(id(resolved), []).append(row)
+        elif async_op and work is not None:
+            _on_completion(work, row, rec)
+        else:
+            row.done = returned
+        rec.add_collective(row)
+        return work
+
+    collective.__name__ = getattr(orig, "__name__", name)
+    collective.__qualname__ = getattr(orig, "__qualname__", name)
+    collective.__doc__ = getattr(orig, "__doc__", None)
+    collective.__wrapped__ = orig
+    return collective
+
+
+def _on_completion(work, row: CollectiveCall, rec) -> None:
+    row.work = work
+    try:
+        fut = work.get_future()
+    except RuntimeError:   # e.g. gloo's reduce_scatter_single: "Work::getFuture not implemented"
+        if len(_PENDING) > 4096:     # works nobody waited on: forget them
+            _PENDING.clear()
+        _PENDING[id(work)] = (work, row)
+        return
+
+    def done(_fut, row=row):
+        row.done = rec.now()
+        row.work = None
+    fut.add_done_callback(done)
+
+
+def settle(rows: list[CollectiveCall]) -> None:
+    """At a step boundary (the recorder's flush): rows of finished works whose completion
+    callback has not run yet. The callback needs the GIL, and a waiter (PowerSGD's ``.wait()`` on
+    its Q all-reduce) can run ahead of it: yield the GIL briefly so queued callbacks stamp their
+    rows; a finished work still unstamped gets the flush time (an upper bound)."""
+    waiting = [r for r in rows if r.done < 0 and r.work is not None]
+    for _ in range(20):
+        if not any(r.done < 0 for r in waiting):
+            return
+        time.sleep(0.0001)
+    now = _REC.now() if _REC is not None else -1
+    for r in waiting:
+        if r.done < 0 and r.work.is_completed():
+            r.done = now
+        r.work = None
+
+
+# ------------------------------------------- completion of future-less works, coalesced blocks
+
+_COALESCED: dict[int, list] = {}
+
+
+def _patched_wait(orig_wait):
+    def wait(self, *args, **kwargs):
+        out = orig_wait(self, *args, **kwargs)
+        if _PENDING:
+            entry = _PENDING.pop(id(self), None)
+            if entry is not None and entry[0] is self and _REC is not None:
+                entry[1].done = _REC.now()
+                entry[1].work = None
+        return out
+    return wait
+
+
+def _patched_coalescing_manager(orig_cm):
+    @contextlib.contextmanager
+    def _coalescing_manager(group=None, device=None, async_ops=False):
+        with orig_cm(group, device, async_ops) as cm:
+            yield cm
+        # the batch was issued (and, unless async, completed) when the block closed
+        rows = _COALESCED.pop(id(group or c10d._get_default_group()), [])
+        if _REC is not None:
+            t = _REC.now()
+            for row in rows:
+                row.done = t
+    return _coalescing_manager
+
+
+def _patched_then(orig_then):
+    def then(self, callback):
+        # A comm hook's continuation (PowerSGD's P → Q all-reduces) runs later on the backend's
+        # thread: carry the bucket index there so its collectives are attributed to the bucket.
+        rec = _REC
+        bucket = rec.current_bucket if rec is not None else -1
+        if bucket >= 0:
+            inner = callback
+
+            def callback(fut, _inner=inner, _bucket=bucket, _rec=rec):
+                with _rec.in_bucket(_bucket):
+                    return _inner(fut)
+        return orig_then(self, callback)
+    return then
+
+
+# ------------------------------------------------------------------------------ install
+
+def install(rec) -> None:
+    """Record the collectives of this process into ``rec`` (idempotent; a later call switches the
+    recorder). Patches torch.distributed in place; ``uninstall()`` restores it."""
+    global _REC
+    _REC = rec
+    rec.settle_collectives = settle
+    if _ORIG:
+        return
+    for name, describe in APIS.items():
+        for mod in (dist, c10d):
+            orig = getattr(mod, name, None)
+            if orig is None:
+                continue
+            _ORIG[(mod, name)] = orig
+            setattr(mod, name, _wrap(name, orig, describe))
+    _ORIG[(c10d.Work, "wait")] = c10d.Work.wait
+    c10d.Work.wait = _patched_wait(c10d.Work.wait)
+    _ORIG[(torch._C.Future, "then")] = torch._C.Future.then
+    torch._C.Future.then = _patched_then(torch._C.Future.then)
+    if hasattr(c10d, "_coalescing_manager"):
+        _ORIG[(c10d, "_coalescing_manager")] = c10d._coalescing_manager
+        c10d._coalescing_manager = _patched_coalescing_manager(c10d._coalescing_manager)
+
+
+def uninstall() -> None:
+    """Undo install(): torch.distributed as it was."""
+    global _REC
+    _REC = None
+    for (owner, name), orig in _ORIG.items():
+        setattr(owner, name, orig)
+    _ORIG.clear()
+    _PENDING.clear()
+    _COALESCED.clear()
+
+
+def installed() -> bool:
+    return bool(_ORIG)

@@ -1,0 +1,134 @@
+"""DDP instrumentation: one comm hook, registered when the DDP model is built, that times every
+gradient bucket's communication (launch when DDP calls the hook, done when its future completes,
+GPU-side times from CUDA events on CUDA) whatever hook is in force: DDP's default all-reduce,
+reproduced bit for bit, the user's own hook, or a built-in one. Part of syncviz.record."""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from syncviz.record.recorder import Recorder
+
+
+class _BucketHook:
+    """DDP comm hook that times whatever hook is in force (torch's default all-reduce until the
+    user registers one). It is registered once, at DDP construction; a user's later
+    register_comm_hook swaps the target, so the user's hook, or a built-in one, is timed too."""
+
+    def __init__(self, rec: "Recorder", ddp: torch.nn.Module, name: str = "allreduce"):
+        # Weak: DDP's reducer holds this hook, so a strong reference back would make a cycle
+        # through C++ that Python's GC cannot see, keeping DDP and its process group alive until
+        # interpreter teardown (where gloo's threads then abort the process now and then).
+        self.rec, self._ddp = rec, weakref.ref(ddp)
+        self.pg = ddp.process_group
+        self.target: Callable | None = None
+        self.state: Any = None
+        self.name = name
+        self.user_registered = False
+
+    def __call__(self, state, bucket):  # DDP requires the parameter to be named `bucket`
+        rec = self.rec
+        buf = bucket.buffer()
+        index = bucket.index()
+        layout = 1 if getattr(self._ddp(), "_has_rebuilt_buckets", False) else 0
+        if not rec.layout_seen(layout, index):
+            rec.note_layout(layout, index, bucket.parameters())
+        nbytes = buf.numel() * buf.element_size()
+        call = rec.begin_bucket(index, layout, nbytes, buf.dtype, self.name)
+        if buf.is_cuda:   # GPU-side interval from CUDA events, resolved a step later (never blocks)
+            start_ev = torch.cuda.Event(enable_timing=True)
+            start_ev.record()
+            call.cuda = [start_ev, None]
+        with rec.in_bucket(index), rec.profile_range(index, nbytes):
+            if self.target is None:
+                # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
+                # size (at::mul_out with 1/N) while copying into the bucket, then all-reduces a
+                # sum. (Dividing by N instead differs in the last bit for N=3: tested.)
+                pg = self.pg
+                buf.mul_(1.0 / pg.size())
+                fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
+                unwrap = True
+            else:
+                fut = self.target(self.state, bucket)
+                unwrap = False
+
+        def done(f, call=call, unwrap=unwrap):
+            call.done = rec.now()
+            if call.cuda is not None:
+                # the callback's current stream waits for the collective: this marks its GPU end
+                end_ev = torch.cuda.Event(enable_timing=True)
+                end_ev.record()
+                call.cuda[1] = end_ev
+            v = f.value()
+            return v[0] if unwrap else v
+
+        return fut.then(done)
+
+
+def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
+    """Forward/backward/grad-ready hooks plus one comm hook timing every bucket. The comm hook is
+    registered at construction; a user's later register_comm_hook swaps its target."""
+    if getattr(ddp, "_syncviz_hook", None) is not None:
+        return ddp
+    rec.index_params(ddp.module)
+    rec.hook_forward(ddp)
+    hook = _BucketHook(rec, ddp)
+    ddp._syncviz_hook = hook
+
+    def syncviz_timed_hook(state, bucket):   # DDP checks the name `bucket` and __name__
+        return hook(state, bucket)
+
+    ddp.register_comm_hook(state=None, hook=syncviz_timed_hook)
+
+    ref = weakref.ref(ddp)   # no cycle through the instance's own attributes (see _BucketHook)
+
+    def register_comm_hook(state, hook):   # torch's signature, keyword names included
+        # the user's hook becomes the target of ours; DDP's "only once" rule still holds
+        _ddp = ref()
+        h = _ddp._syncviz_hook
+        if h.user_registered:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
+        _ddp._check_comm_hook(hook)
+        h.target, h.state, h.user_registered = hook, state, True
+        h.name = getattr(hook, "__qualname__", getattr(hook, "__name__", "hook"))
+        _ddp.logger._set_comm_hook_name(h.name)
+        _ddp._comm_hooks[-1] = (hook, state)
+        ddp_meta(rec, _ddp)
+
+    def register_builtin_comm_hook(comm_hook_type):
+        # torch's C++ built-ins cannot be wrapped: time their Python twins instead
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as dh
+        kind = str(comm_hook_type).split(".")[-1]
+        fn = {"ALLREDUCE": dh.allreduce_hook, "FP16_COMPRESS": dh.fp16_compress_hook}.get(kind)
+        if fn is None:
+            raise RuntimeError(f"syncviz cannot time built-in comm hook {comm_hook_type}")
+        register_comm_hook(ref().process_group, fn)
+
+    ddp.register_comm_hook = register_comm_hook
+    ddp._register_builtin_comm_hook = register_builtin_comm_hook
+    ddp_meta(rec, ddp)
+    return ddp
+
+
+def ddp_meta(rec, ddp) -> None:
+    rec.annotate_model(ddp.module)
+    hook = ddp._syncviz_hook
+    rec.annotate(ddp={
+        "bucket_cap_mb": getattr(ddp, "bucket_bytes_cap", 0) / (1024 * 1024),
+        "first_bucket_cap_mb": _first_bucket_mb(ddp),
+        "gradient_as_bucket_view": bool(getattr(ddp, "gradient_as_bucket_view", False)),
+        "static_graph": bool(getattr(ddp, "static_graph", False)),
+        "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
+        "comm_hook": hook.name if hook.user_registered else "default (allreduce, 1/N)"})
+
+
+def _first_bucket_mb(ddp) -> float:
+    cfg = getattr(ddp, "_bucket_config", None)
+    nbytes = getattr(cfg, "first_bucket_bytes_cap", None)
+    if nbytes is None:
+        nbytes = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
+    return float(nbytes) / (1024 * 1024)

@@ -1,0 +1,350 @@
+"""The recorder inside each rank: the step's records (appended by hooks), the rank's clock and
+run.json, and the step boundary that turns the records into one Arrow record batch.
+
+Rules (DESIGN.md): a hook only appends a named record (events.py) to a list (no device sync, no
+I/O, no tensor allocation); everything else happens at the step boundary (the outermost optimizer
+step's post-hook). Tracing never changes a bit of the training result.
+
+Other parts of syncviz.record (DDP's comm hook, the collective wrapper) and syncviz's own engine
+(syncviz.sync) report through the public methods below; nothing outside this module touches the
+Recorder's underscored state. Starting one and hooking torch is api.py's job.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from syncviz import __version__
+from syncviz.record import clock
+from syncviz.record.batch import apply_cuda_times, build_batch
+from syncviz.record.events import BucketCall, CollectiveCall, Phase
+from syncviz.record.options import StepSelection
+from syncviz.record.phases import PhaseHooks
+from syncviz.trace import RankWriter, new_meta, write_json_atomic
+from syncviz.trace import schema as S
+
+
+class Recorder(PhaseHooks):
+    """One per rank. Collects the records of the current step; end_step() writes them."""
+
+    def __init__(self, run_dir: str | os.PathLike, *, rank: int | None = None,
+                 world_size: int | None = None, name: str | None = None,
+                 steps: str | None = None, command: list[str] | None = None,
+                 strategy: str | None = None, engine: str = "torch", profiler=None):
+        self.run_dir = Path(run_dir)
+        self.rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+        self.world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+        self.selection = StepSelection(steps)
+        self.name = name or self.run_dir.name
+        self.command = command
+        self.strategy = strategy
+        self.engine = engine
+        self.profiler = profiler
+        self._writer: RankWriter | None = None   # opened once the rank is known (see writer)
+        self.meta_extra: dict[str, Any] = {}
+        # clock: aligned = local + offset − t0 (t0 = rank 0's clock when alignment happened)
+        self.offset_ns, self.error_ns, self.t0 = 0, 0, clock.local_ns()
+        self.group = None
+        # the current step's records
+        self.step = 0
+        self.micro = -1
+        self._phases: list[Phase] = []
+        self._ready: list = []                  # GradReady records
+        self._buckets: list[BucketCall] = []
+        self._collectives: list[CollectiveCall] = []
+        self.settle_collectives: Callable | None = None   # set by syncviz.record.collectives.install
+        self._bwd_start: dict[int, int] = {}    # micro → t
+        self._tls = threading.local()           # the bucket in progress is per thread
+        self._quiet = 0                         # > 0 while syncviz runs its own collectives
+        self._fwd_depth = 0                     # nesting of instrumented modules' forwards
+        self._fwd_start = -1
+        self._opt_stack: list[tuple[int, str]] = []
+        self._step_start = None
+        self._layouts_seen: set[tuple[int, int]] = set()
+        self._layout_rows: dict[int, dict[str, list]] = {}
+        self._written_layouts: dict[int, dict[str, list]] = {}
+        self._bucket_param_cache: dict[tuple[int, int], list[int]] = {}
+        self._pending: list[tuple] = []          # built steps not yet written (CUDA events pending)
+        self._anchor: tuple | None = None       # (host ns, CUDA event) at the step's first forward
+        self._cuda = False                      # an instrumented model lives on a CUDA device
+        self._param_index: dict[int, tuple[int, str]] = {}    # id(param) → (index, name)
+        self._names_by_index: dict[int, str] = {}
+        self._hook_handles: list = []
+        self._close_callbacks: list[Callable[["Recorder"], None]] = []
+        self.closed = False
+        self._last_meta_write = 0.0
+        self._install_optimizer_hooks()
+
+    # ---------------------------------------------------------------- public API for reporters
+    @property
+    def current_bucket(self) -> int:
+        """Index of the bucket whose hook is running in this thread (-1 outside one). Per thread:
+        a compression hook (PowerSGD) issues its later collectives from future callbacks on the
+        backend's thread, while the training thread may be in another bucket."""
+        return getattr(self._tls, "bucket", -1)
+
+    @contextlib.contextmanager
+    def in_bucket(self, index: int):
+        """Collectives issued inside the block (on this thread) belong to bucket ``index``."""
+        before = getattr(self._tls, "bucket", -1)
+        self._tls.bucket = index
+        try:
+            yield
+        finally:
+            self._tls.bucket = before
+
+    @property
+    def quiet(self) -> bool:
+        """True while syncviz runs collectives of its own (they are not training communication)."""
+        return self._quiet > 0
+
+    @contextlib.contextmanager
+    def own_collectives(self):
+        """syncviz's own collectives (clock alignment, rank info, memory gather) inside this block
+        are not recorded as training communication (syncviz.record.collectives checks ``quiet``)."""
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    def begin_bucket(self, index: int, layout: int, nbytes: int, dtype, hook: str) -> BucketCall:
+        """A gradient bucket's hook was entered now; set ``.done`` (``now()``) when it completes."""
+        call = BucketCall(index, layout, self.now(), nbytes, S.dtype_name(dtype), hook, self.micro)
+        self._buckets.append(call)
+        return call
+
+    def add_collective(self, call: CollectiveCall) -> CollectiveCall:
+        """A collective (or an engine's own bucket row) of this step; ``.done`` may be set later."""
+        self._collectives.append(call)
+        return call
+
+    def add_phase(self, kind: str, name: str, start: int, end: int, depth: int = -1) -> None:
+        """A compute interval reported by an engine that has no hooks of its own (aligned ns)."""
+        self._phases.append(Phase(kind, name, start, end, self.micro, depth))
+
+    def layout_seen(self, layout: int, index: int) -> bool:
+        return (layout, index) in self._layouts_seen
+
+    def note_layout(self, layout: int, index: int, params) -> None:
+        """First sight of bucket ``index`` in a layout version: which parameters it holds, in order
+        (parameters numbered by index_params)."""
+        self._layouts_seen.add((layout, index))
+        rows = self._layout_rows.setdefault(layout, {c: [] for c in S.LAYOUT_COLUMNS})
+        offset = 0
+        for p in params:
+            i, name = self.param_index(p)
+            for c, v in zip(S.LAYOUT_COLUMNS, (layout, index, name, i, p.numel(), offset, S.dtype_name(p.dtype))):
+                rows[c].append(v)
+            offset += p.numel()
+
+    def add_hook_handle(self, handle) -> None:
+        """A hook handle removed when the recorder closes."""
+        self._hook_handles.append(handle)
+
+    def on_close(self, callback: Callable[["Recorder"], None]) -> None:
+        self._close_callbacks.append(callback)
+
+    def annotate(self, **fields) -> None:
+        """Add run-level facts to run.json (rank 0 writes it)."""
+        self.meta_extra.update(fields)
+        self.write_meta()
+
+    def set_strategy(self, strategy: str | None = None, engine: str | None = None) -> None:
+        if strategy:
+            self.strategy = strategy
+        if engine:
+            self.engine = engine
+
+    @property
+    def writer(self) -> RankWriter:
+        """The rank's stream, opened on first use: ranks started by the user (mp.spawn) learn
+        their rank only at init_process_group."""
+        if self._writer is None:
+            self._writer = RankWriter(self.run_dir, self.rank)
+        return self._writer
+
+    # ---------------------------------------------------------------- clock and process group
+    def now(self) -> int:
+        return clock.local_ns() + self.offset_ns - self.t0
+
+    def attach_process_group(self, group=None) -> None:
+        """Align clocks with rank 0 and write run.json. Collective: every rank calls it, right
+        after init_process_group. Uses a gloo group (created when the default backend is not gloo)."""
+        if not dist.is_available() or not dist.is_initialized():
+            return
+        with self.own_collectives():
+            self._attach_process_group(group)
+
+    def _attach_process_group(self, group) -> None:
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        if group is None and dist.get_backend() != "gloo":
+            group = dist.new_group(backend="gloo")
+        self.group = group
+        old_base = self.offset_ns - self.t0
+        self.offset_ns, self.error_ns = clock.estimate_offsets(group)
+        # rank 0's clock now (in rank 0's clock) is the run's zero on every rank
+        self.t0 = clock.broadcast_int(clock.local_ns(), group)
+        if self._phases:   # re-base what was recorded before alignment (usually nothing)
+            delta = self.offset_ns - self.t0 - old_base
+            self._phases = [p._replace(start=p.start + delta, end=p.end + delta) for p in self._phases]
+        info = {"rank": self.rank, "host": socket.gethostname(), "pid": os.getpid(),
+                "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
+                "node": int(os.environ.get("GROUP_RANK", 0)),
+                "clock_offset_ns": self.offset_ns, "clock_error_ns": self.error_ns,
+                # lets other tools' wall-clock timestamps (torch.profiler) be put on our clock
+                "realtime_minus_clock_ns": time.time_ns() - clock.local_ns()}
+        infos = [None] * self.world_size
+        dist.all_gather_object(infos, info, group=group)
+        self.meta_extra["ranks"] = infos
+        self.meta_extra["clock_zero_ns"] = self.t0   # rank 0's monotonic clock at aligned time 0
+        self.meta_extra["backend"] = dist.get_backend()
+        self.meta_extra["nodes"] = len({i["node"] for i in infos})
+        self.writer  # noqa: B018  (open the rank's stream now that the rank is known)
+        self.write_meta()
+
+    def measure_drift(self) -> None:
+        """End-of-run exchange (collective): how far the offsets moved during the run."""
+        if self.group is None and not (dist.is_available() and dist.is_initialized()):
+            return
+        try:
+            with self.own_collectives():
+                off, err = clock.estimate_offsets(self.group)
+                infos = [None] * self.world_size
+                dist.all_gather_object(infos, {"rank": self.rank, "clock_offset_end_ns": off,
+                                               "clock_error_end_ns": err}, group=self.group)
+                for i in infos:
+                    for r in self.meta_extra.get("ranks", []):
+                        if r["rank"] == i["rank"]:
+                            r.update(i)
+        except Exception:  # a peer already gone: the start offsets stand
+            pass
+
+    # ---------------------------------------------------------------------- run.json (rank 0)
+    def write_meta(self, finished: bool = False) -> None:
+        if self.rank != 0:
+            return
+        meta = new_meta(self.name, self.world_size, command=self.command, backend=None,
+                        device="cpu", strategy=self.strategy or "ddp", engine=self.engine,
+                        torch_version=torch.__version__, syncviz_version=__version__)
+        path = self.run_dir / S.RUN_FILE
+        if path.exists():   # keep run_id/created of the first write
+            with contextlib.suppress(Exception):
+                old = json.loads(path.read_text())
+                meta["run_id"], meta["created"] = old["run_id"], old["created"]
+        meta.update(self.meta_extra)
+        meta["steps_recorded"] = self._writer.steps_written if self._writer else 0
+        meta["finished"] = finished
+        write_json_atomic(path, meta)
+        self._last_meta_write = time.monotonic()
+
+    # ------------------------------------------------------------------------- profiling
+    def profile_range(self, index: int, nbytes: int):
+        """A named range per bucket collective in torch.profiler traces (--profile), e.g.
+        "bucket 3 all_reduce 25.0 MB"; nothing outside the profiled steps."""
+        if self.profiler is None:
+            return contextlib.nullcontext()
+        return self.profiler.bucket_range(index, "all_reduce", nbytes)
+
+    # ------------------------------------------------------------------------- step boundary
+    def end_step(self) -> None:
+        """Step boundary: turn this step's records into one record batch and write it."""
+        step = self.step
+        if step in self.selection:
+            cuda = [b for b in self._buckets if b.cuda is not None]
+            self._pending.append((self._build_batch(step), cuda, self._anchor))
+            self._write_ready_steps()
+            if self.rank == 0 and time.monotonic() - self._last_meta_write > 0.5:
+                self.write_meta()
+        self._reset_step()
+        self.step += 1
+        if self.profiler is not None:
+            self.profiler.on_step_end(step)
+
+    def _write_ready_steps(self, wait: bool = False) -> None:
+        """Write built steps in order. A step with CUDA collectives waits (a step or more) until
+        its events have completed, then gets GPU-side start/end times (batch.apply_cuda_times)."""
+        while self._pending:
+            cols, cuda, anchor = self._pending[0]
+            if cuda:
+                events = [e for b in cuda for e in b.cuda] + ([anchor[1]] if anchor else [])
+                if not wait and not all(e is not None and e.query() for e in events):
+                    return
+                if wait:
+                    torch.cuda.synchronize()
+                apply_cuda_times(cols, cuda, anchor)
+            self.writer.write_step(cols)
+            self._pending.pop(0)
+
+    def _reset_step(self):
+        self._anchor = None
+        self._phases = []
+        self._ready.clear()          # the grad hooks hold this list: clear, don't replace
+        self._buckets = []
+        self._collectives = []
+        self._bwd_start.clear()
+        self._fwd_depth = 0
+        self._step_start = None
+        self.micro = -1
+
+    def _build_batch(self, step: int) -> dict[str, list]:
+        if self._collectives and self.settle_collectives is not None:
+            self.settle_collectives(self._collectives)   # completion callbacks still queued
+        cols = build_batch(step, phases=self._phases, ready=self._ready, buckets=self._buckets,
+                           collectives=self._collectives, base=self.offset_ns - self.t0,
+                           world_size=self.world_size, step_start=self._step_start,
+                           param_name=self._param_name, bucket_params=self._bucket_params)
+        if self._layout_rows:
+            self._flush_layouts()
+        return cols
+
+    def _param_name(self, i: int) -> str:
+        if len(self._names_by_index) != len(self._param_index):
+            self._names_by_index = {idx: n for idx, n in self._param_index.values()}
+        return self._names_by_index.get(i, f"param{i}")
+
+    def _bucket_params(self, layout: int, index: int) -> list[int]:
+        key = (layout, index)
+        if key not in self._bucket_param_cache:
+            rows = self._layout_rows.get(layout) or self._written_layouts.get(layout, {})
+            self._bucket_param_cache[key] = [pi for b, pi in zip(rows.get("bucket", []), rows.get("param_index", []))
+                                             if b == index]
+        return self._bucket_param_cache[key]
+
+    def _flush_layouts(self) -> None:
+        # A layout version is written once all its buckets have been seen (end of a step).
+        for layout, rows in sorted(self._layout_rows.items()):
+            self.writer.write_layout(rows)
+            self._written_layouts[layout] = rows
+        self._layout_rows = {}
+
+    # ------------------------------------------------------------------------- lifecycle
+    def close(self, finished: bool = True) -> None:
+        """Write what is complete and close the stream. A step still open is dropped."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._layout_rows:
+            self._flush_layouts()
+        with contextlib.suppress(Exception):
+            self._write_ready_steps(wait=True)
+        self.writer.close()
+        for h in self._hook_handles + getattr(self, "_opt_handles", []):
+            with contextlib.suppress(Exception):
+                h.remove()
+        if self.profiler is not None:
+            with contextlib.suppress(Exception):
+                self.profiler.close()
+        self.write_meta(finished=finished)
+        for cb in self._close_callbacks:
+            cb(self)

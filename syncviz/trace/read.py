@@ -1,0 +1,243 @@
+"""Read syncviz run directories (the format is defined in schema.py).
+
+Readers never pickle or eval; any damage becomes one ``TraceError`` line naming the file and the
+problem, and every complete step before the damage is still returned.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from syncviz.trace import schema as S
+
+# Arrow IPC end-of-stream marker: continuation token + zero length. Its absence means the writer
+# never closed the stream (the rank died or is still running).
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+class TraceError(Exception):
+    """A run directory or file that cannot be read; str() is the one line shown to the user."""
+
+
+# --------------------------------------------------------------------------------------- reading
+
+@dataclass
+class Run:
+    """One run, all ranks, as columnar tables (pandas DataFrames, one row per event)."""
+    path: Path
+    meta: dict
+    events: pd.DataFrame          # EVENT_COLUMNS + "rank"
+    layouts: pd.DataFrame         # LAYOUT_COLUMNS + "rank"
+    problems: list[str] = field(default_factory=list)   # e.g. "rank 1 incomplete: ..."
+    incomplete_ranks: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.path.name
+
+    @property
+    def world_size(self) -> int:
+        return int(self.meta.get("world_size") or (self.events["rank"].max() + 1 if len(self.events) else 0))
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(int(r) for r in self.events["rank"].unique()) if len(self.events) else []
+
+
+_RANK_RE = re.compile(r"^rank-(\d+)\.arrow$")
+
+
+def read_meta(run_dir: str | os.PathLike) -> dict:
+    run_dir = Path(run_dir)
+    path = run_dir / S.RUN_FILE
+    if not run_dir.exists():
+        raise TraceError(f"{run_dir}: no such run directory")
+    if not run_dir.is_dir():
+        raise TraceError(f"{run_dir}: not a directory (a run is a directory with run.json)")
+    if not path.exists():
+        raise TraceError(f"{path}: missing (is {run_dir} a syncviz run directory?)")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: corrupt JSON ({e.__class__.__name__}: {e})") from None
+    if not isinstance(meta, dict):
+        raise TraceError(f"{path}: expected a JSON object")
+    try:
+        major = S.parse_version(meta.get("schema", ""))
+    except ValueError:
+        raise TraceError(f"{path}: no syncviz schema version (got {meta.get('schema')!r})") from None
+    if major != S.SCHEMA_MAJOR:
+        raise TraceError(f"{path}: trace schema {meta['schema']} is not supported by this syncviz "
+                         f"(reads {S.SCHEMA_VERSION}); upgrade syncviz")
+    return meta
+
+
+def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch], str | None]:
+    """All complete batches of an IPC stream and a problem description (None when clean)."""
+    size = path.stat().st_size
+    if size == 0:
+        return [], "empty file (the rank wrote nothing)"
+    batches: list[pa.RecordBatch] = []
+    try:
+        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        raise TraceError(f"{path}: not an Arrow IPC stream ({_short(e)})") from None
+    meta = reader.schema.metadata or {}
+    version = meta.get(b"syncviz.trace.schema", b"").decode(errors="replace")
+    try:
+        major = S.parse_version(version)
+    except ValueError:
+        raise TraceError(f"{path}: not a syncviz stream (no schema version)") from None
+    if major != S.SCHEMA_MAJOR:
+        raise TraceError(f"{path}: trace schema {version} is not supported (reads {S.SCHEMA_VERSION})")
+    problem = None
+    while True:
+        try:
+            batches.append(reader.read_next_batch())
+        except StopIteration:
+            break
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            problem = f"truncated or corrupt after {len(batches)} complete batches ({_short(e)})"
+            break
+    if problem is None:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - len(_EOS)))
+            if f.read() != _EOS:
+                problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
+    return batches, problem
+
+
+def _short(e: Exception) -> str:
+    return str(e).strip().splitlines()[0][:160] if str(e).strip() else e.__class__.__name__
+
+
+def _conform(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
+    """Add columns an older writer lacked (defaults) and cast to the current schema's types."""
+    cols = []
+    for fld in schema:
+        if fld.name in table.column_names:
+            try:
+                cols.append(table.column(fld.name).cast(fld.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise TraceError(f"{path}: column {fld.name} has type "
+                                 f"{table.column(fld.name).type}, expected {fld.type}") from None
+        else:
+            default = S.EVENT_DEFAULTS.get(fld.name)
+            cols.append(pa.array([default] * table.num_rows, type=fld.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def rank_files(run_dir: Path) -> dict[int, Path]:
+    out = {}
+    for p in run_dir.iterdir():
+        m = _RANK_RE.match(p.name)
+        if m:
+            out[int(m.group(1))] = p
+    return dict(sorted(out.items()))
+
+
+def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.Table, list[str], list[int]]:
+    """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks."""
+    files = rank_files(run_dir)
+    if ranks is not None:
+        files = {r: p for r, p in files.items() if r in set(ranks)}
+    tables, problems, incomplete = [], [], []
+    for rank, path in files.items():
+        batches, problem = _read_stream(path, S.EVENT_SCHEMA)
+        if problem:
+            problems.append(f"rank {rank} incomplete: {path.name}: {problem}")
+            incomplete.append(rank)
+        if not batches:
+            continue
+        t = _conform(pa.Table.from_batches(batches), S.EVENT_SCHEMA, path)
+        tables.append(t.append_column("rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32))))
+    if not tables:
+        empty = S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
+        return empty, problems, incomplete
+    return pa.concat_tables(tables), problems, incomplete
+
+
+def load_layouts(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    frames, problems = [], []
+    for p in sorted(run_dir.glob("layout-*.arrow")):
+        m = re.match(r"^layout-(\d+)\.arrow$", p.name)
+        if not m:
+            continue
+        batches, problem = _read_stream(p, S.LAYOUT_SCHEMA)
+        if problem and batches:
+            problems.append(f"{p.name}: {problem}")
+        if batches:
+            df = pa.Table.from_batches(batches).to_pandas()
+            df["rank"] = int(m.group(1))
+            frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=list(S.LAYOUT_COLUMNS) + ["rank"]), problems
+    return pd.concat(frames, ignore_index=True), problems
+
+
+@dataclass
+class RunFiles:
+    """A run directory opened but not yet turned into pandas: the Arrow event table (with a
+    ``rank`` column), layouts, and what was wrong. load_run and the dashboard both start here."""
+    path: Path
+    meta: dict
+    table: pa.Table
+    layouts: pd.DataFrame
+    problems: list[str]
+    incomplete_ranks: list[int]
+
+
+def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> RunFiles:
+    """Read run.json, every rank's complete steps and the layouts. Raises TraceError (one line)
+    when nothing usable is there; damage that leaves steps readable goes to ``problems``."""
+    run_dir = Path(run_dir)
+    meta = read_meta(run_dir)
+    if not rank_files(run_dir):
+        raise TraceError(f"{run_dir}: no rank-<r>.arrow files (the run recorded nothing)")
+    table, problems, incomplete = load_events(run_dir, ranks)
+    layouts, lproblems = load_layouts(run_dir)
+    world = meta.get("world_size")
+    if world and ranks is None:
+        missing = sorted(set(range(int(world))) - set(rank_files(run_dir)))
+        if missing:
+            problems.append(f"ranks {missing} wrote no file")
+            incomplete.extend(missing)
+    return RunFiles(run_dir, meta, table, layouts, problems + lproblems, sorted(set(incomplete)))
+
+
+def events_frame(table: pa.Table) -> pd.DataFrame:
+    """The event table as pandas, repeated strings as categoricals (schema.CATEGORICAL_COLUMNS):
+    every reader types a run the same way."""
+    events = table.to_pandas()
+    for col in S.CATEGORICAL_COLUMNS:
+        events[col] = events[col].astype("category")
+    return events
+
+
+def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> Run:
+    """Read a whole run. Raises TraceError (one line) when nothing usable is there."""
+    f = open_run(run_dir, ranks)
+    return Run(path=f.path, meta=f.meta, events=events_frame(f.table), layouts=f.layouts,
+               problems=f.problems, incomplete_ranks=f.incomplete_ranks)
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    return (Path(path) / S.RUN_FILE).is_file()
+
+
+def find_runs(root: str | os.PathLike) -> list[Path]:
+    """Run directories at or below ``root`` (root itself if it is one), sorted by name."""
+    root = Path(root)
+    if is_run_dir(root):
+        return [root]
+    if not root.is_dir():
+        return []
+    return sorted({p.parent for p in root.rglob(S.RUN_FILE)})

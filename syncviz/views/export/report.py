@@ -1,0 +1,189 @@
+"""A self-contained HTML report of one run: summary, timeline and key charts in one file.
+
+plotly.js is inlined once, so the file opens from disk, offline, with no server: attach it to a
+bug report or a slide. Figure builders are plain functions of analysis tables.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+
+from syncviz import analysis as A
+from syncviz.trace import schema as S
+from syncviz.trace import Run
+
+COLORS = {"forward": "#4C78A8", "backward": "#72B7B2", "optimizer": "#B279A2",
+          "bucket": "#F58518", "collective": "#E45756", "exposed": "#E45756", "ready": "#222222"}
+CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def timeline_figure(run: Run, steps: list[int]) -> go.Figure:
+    """Gantt of the chosen steps: per rank a compute row and one row per bucket/collective track,
+    with each bucket's gradient-ready moment as a tick."""
+    ev = run.events
+    ev = ev[ev["step"].isin(steps) & (ev["start_ns"] >= 0) & (ev["end_ns"] >= ev["start_ns"])]
+    comm = A.comm_metrics(run, kinds=S.COMM_KINDS)
+    comm = comm[comm["step"].isin(steps)]
+    fig = go.Figure()
+    rows: list[str] = []
+    in_legend: set[str] = set()
+
+    def bars(frame, label_of, kind, hover_of):
+        if not len(frame):
+            return
+        labels = [label_of(r) for r in frame.itertuples(index=False)]
+        for lab in dict.fromkeys(labels):
+            if lab not in rows:
+                rows.append(lab)
+        fig.add_trace(go.Bar(
+            orientation="h", y=labels, base=frame["start_ns"] / 1e6,
+            x=(frame["end_ns"] - frame["start_ns"]) / 1e6, name=kind,
+            marker_color=COLORS.get(kind, "#999"), legendgroup=kind, showlegend=kind not in in_legend,
+            hovertext=[hover_of(r) for r in frame.itertuples(index=False)], hoverinfo="text"))
+        in_legend.add(kind)
+
+    for rank in run.ranks:
+        comp = ev[(ev["rank"] == rank) & ev["kind"].isin(S.COMPUTE_KINDS)]
+        for kind in S.COMPUTE_KINDS:
+            bars(comp[comp["kind"] == kind], lambda r: f"rank {r.rank} compute", kind,
+                 lambda r: f"rank {r.rank} step {r.step} {r.kind}: "
+                           f"{(r.end_ns - r.start_ns) / 1e6:.3f} ms")
+        c = comm[comm["rank"] == rank].sort_values(["bucket", "start_ns"])
+        for kind in S.COMM_KINDS:
+            bars(c[c["kind"] == kind],
+                 lambda r: f"rank {r.rank} bucket {r.bucket}" if r.bucket >= 0 else f"rank {r.rank} {r.op}",
+                 kind,
+                 lambda r: f"rank {r.rank} step {r.step} {r.kind} {r.bucket} {r.op} "
+                           f"{r.bytes / 1e6:.2f} MB: {r.duration_ns / 1e6:.3f} ms, "
+                           f"exposed {r.exposed_ns / 1e6:.3f} ms, busbw {r.busbw_gbps:.2f} GB/s")
+    ready = comm[(comm["kind"] == S.BUCKET) & (comm["ready_ns"] >= 0)]
+    if len(ready):
+        fig.add_trace(go.Scatter(
+            x=ready["ready_ns"] / 1e6, y=[f"rank {r} bucket {b}" for r, b in zip(ready["rank"], ready["bucket"])],
+            mode="markers", marker_symbol="line-ns-open", marker_size=14, marker_color=COLORS["ready"],
+            name="bucket ready", hovertext=[f"bucket {b} ready, launched {d / 1e6:.3f} ms later"
+                                            for b, d in zip(ready["bucket"], ready["launch_delay_ns"])],
+            hoverinfo="text"))
+    fig.update_layout(barmode="overlay", height=max(260, 28 * len(rows) + 120),
+                      title=f"Timeline, steps {', '.join(map(str, steps))}",
+                      xaxis_title="time since run start (ms)", legend_orientation="h",
+                      margin=dict(l=10, r=10, t=50, b=40))
+    fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
+    return fig
+
+
+def steps_figure(steps: pd.DataFrame) -> go.Figure:
+    """Per step (mean over ranks): compute and exposed comm stacked, step time, and overlap %."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = steps["step"]
+    fig.add_trace(go.Bar(x=x, y=steps["compute_ns"] / 1e6, name="compute (ms)", marker_color=COLORS["backward"]))
+    fig.add_trace(go.Bar(x=x, y=steps["exposed_ns"] / 1e6, name="exposed comm (ms)", marker_color=COLORS["exposed"]))
+    fig.add_trace(go.Scatter(x=x, y=steps["step_ns"] / 1e6, name="step time (ms)", mode="lines+markers",
+                             line_color="#333"))
+    fig.add_trace(go.Scatter(x=x, y=steps["overlap_pct"], name="overlap %", mode="lines+markers",
+                             line=dict(color=COLORS["bucket"], dash="dot")), secondary_y=True)
+    fig.update_layout(barmode="stack", title="Per step (mean over ranks)", legend_orientation="h",
+                      height=360, margin=dict(l=10, r=10, t=50, b=40))
+    fig.update_xaxes(title_text="step", dtick=1)
+    fig.update_yaxes(title_text="ms", secondary_y=False)
+    fig.update_yaxes(title_text="overlap %", range=[0, 105], dtick=25, showgrid=False, secondary_y=True)
+    return fig
+
+
+def buckets_figure(buckets: pd.DataFrame) -> go.Figure:
+    """Per bucket (median over ranks and headline steps): duration, exposed part, busbw."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    x = [f"{b} ({mb:.1f} MB)" for b, mb in zip(buckets["bucket"], buckets["bytes"] / 1e6)]
+    fig.add_trace(go.Bar(x=x, y=buckets["duration_ns"] / 1e6, name="duration (ms)", marker_color=COLORS["bucket"]))
+    fig.add_trace(go.Bar(x=x, y=buckets["exposed_ns"] / 1e6, name="exposed (ms)", marker_color=COLORS["exposed"]))
+    fig.add_trace(go.Scatter(x=x, y=buckets["busbw_gbps"], name="busbw (GB/s)", mode="lines+markers",
+                             line_color="#333"), secondary_y=True)
+    fig.update_layout(barmode="group", title="Per bucket (median)", legend_orientation="h",
+                      height=360, margin=dict(l=10, r=10, t=50, b=40))
+    fig.update_xaxes(title_text="bucket")
+    fig.update_yaxes(title_text="ms", secondary_y=False)
+    fig.update_yaxes(title_text="busbw (GB/s)", rangemode="tozero", showgrid=False, secondary_y=True)
+    return fig
+
+
+def skew_figure(late: pd.DataFrame) -> go.Figure:
+    """Rank × step heat map of how late each rank launched its buckets (analysis.rank_step_skew)."""
+    fig = go.Figure(go.Heatmap(z=late.to_numpy() / 1e6, x=[str(c) for c in late.columns],
+                               y=[f"rank {r}" for r in late.index], colorscale="Reds",
+                               colorbar_title="ms late", hovertemplate="%{y}, step %{x}: %{z:.3f} ms late<extra></extra>"))
+    fig.update_layout(title="Launch lateness per rank and step (stragglers are hot rows)",
+                      height=max(220, 40 * len(late) + 120), margin=dict(l=10, r=10, t=50, b=40),
+                      xaxis_title="step")
+    return fig
+
+
+def _fmt(v, digits=3) -> str:
+    if isinstance(v, float):
+        return "–" if v != v else f"{v:.{digits}f}"
+    return html.escape(str(v))
+
+
+def summary_html(run: Run, s: dict) -> str:
+    m = run.meta
+    ddp = m.get("ddp") or {}
+    facts = [("strategy", s["strategy"]), ("engine", s["engine"]), ("world size", s["world_size"]),
+             ("backend / device", f"{m.get('backend', '?')} / {m.get('device', '?')}"),
+             ("bucket cap (MB)", ddp.get("bucket_cap_mb", "–")), ("steps", s["steps"]),
+             ("headline steps", ", ".join(map(str, s["headline_steps"])) or "–"),
+             ("created", m.get("created", "–")), ("torch", m.get("torch_version", "–"))]
+    nums = [("step (ms, median)", s["step_ms"]), ("compute (ms)", s["compute_ms"]),
+            ("comm busy (ms)", s["comm_busy_ms"]), ("exposed comm (ms)", s["exposed_ms"]),
+            ("overlap %", s["overlap_pct"]), ("compute/comm ratio", s["compute_comm_ratio"]),
+            ("busbw (GB/s, median)", s["busbw_gbps"]), ("bytes per step (MB)", s["bytes_per_step"] / 1e6),
+            ("max launch skew (ms)", s["max_skew_ms"])]
+    table = lambda rows: "<table>" + "".join(  # noqa: E731
+        f"<tr><th>{html.escape(k)}</th><td>{_fmt(v)}</td></tr>" for k, v in rows) + "</table>"
+    problems = "".join(f"<li>{html.escape(p)}</li>" for p in s["problems"])
+    return (f"<p class='verdict'>{html.escape(s['verdict'])}</p>"
+            f"<div class='cards'>{table(facts)}{table(nums)}</div>"
+            + (f"<ul class='problems'>{problems}</ul>" if problems else ""))
+
+
+STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222}
+h1{font-size:22px;margin:0 0 4px}.sub{color:#666;margin-bottom:12px}
+.verdict{font-size:16px;font-weight:600;background:#fff4e5;padding:8px 12px;border-left:4px solid #F58518}
+.cards{display:flex;gap:24px;flex-wrap:wrap}table{border-collapse:collapse;font-size:13px}
+th{text-align:left;font-weight:500;color:#555;padding:2px 12px 2px 0}td{text-align:right;padding:2px 0}
+.problems{color:#b00}.chart{margin-top:18px}"""
+
+
+def html_report(run: Run, timeline_steps: int = 3) -> str:
+    """The report as one HTML string with plotly.js inlined."""
+    summary = A.run_summary(run)
+    steps = A.step_table(run)
+    shown = (summary["headline_steps"] or sorted(int(s) for s in steps["step"]))[:timeline_steps]
+    figures = [("timeline", timeline_figure(run, shown))]
+    if len(steps):
+        figures.append(("steps", steps_figure(steps)))
+    buckets = A.bucket_table(run)
+    if len(buckets):
+        figures.append(("buckets", buckets_figure(buckets)))
+    late = A.rank_step_skew(run)
+    if len(late) > 1:
+        figures.append(("skew", skew_figure(late)))
+    charts = "".join(
+        f"<div class='chart'>{pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=f'chart-{name}', config=CONFIG)}</div>"
+        for name, fig in figures)
+    name = html.escape(run.name)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>syncviz: {name}</title>"
+            f"<style>{STYLE}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
+            f"<body><h1>syncviz report: {name}</h1>"
+            f"<div class='sub'>{html.escape(str(run.path))}</div>{summary_html(run, summary)}"
+            f"{charts}</body></html>")
+
+
+def write_html(run: Run, path: str | Path, timeline_steps: int = 3) -> Path:
+    path = Path(path)
+    path.write_text(html_report(run, timeline_steps), encoding="utf-8")
+    return path

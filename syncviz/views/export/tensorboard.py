@@ -1,0 +1,164 @@
+"""A syncviz run as a TensorBoard run: per-step scalars, bucket histograms, a summary text and a
+custom-scalars layout. Every number comes from syncviz.analysis; this module only writes them.
+
+One syncviz run becomes one TensorBoard run (``<logdir>/<run name>/``), so pointing TensorBoard at
+a logdir holding several exports compares them on the same charts. torch.profiler traces found in
+``<run>/profiler/`` are copied next to the events, so the PyTorch Profiler tab shows the same run
+under the same name.
+"""
+from __future__ import annotations
+
+import datetime
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from syncviz import analysis as A
+from syncviz.trace import schema as S
+from syncviz.trace import Run
+
+# (tag, step_table column, scale to the unit in the tag). Tags are the same for every run, which
+# is what lets TensorBoard overlay runs.
+STEP_SCALARS = [
+    ("time/step_ms", "step_ns", 1e-6),
+    ("time/step_slowest_rank_ms", "step_max_ns", 1e-6),
+    ("time/compute_ms", "compute_ns", 1e-6),
+    ("time/forward_ms", "forward_ns", 1e-6),
+    ("time/backward_ms", "backward_ns", 1e-6),
+    ("time/optimizer_ms", "optimizer_ns", 1e-6),
+    ("comm/busy_ms", "comm_busy_ns", 1e-6),
+    ("comm/overlapped_ms", "overlapped_ns", 1e-6),
+    ("comm/exposed_ms", "exposed_ns", 1e-6),
+    ("comm/overlap_pct", "overlap_pct", 1.0),
+    ("comm/compute_comm_ratio", "compute_comm_ratio", 1.0),
+    ("comm/busbw_GBps", "busbw_gbps", 1.0),
+    ("comm/bytes_MB", "bytes", 1e-6),
+]
+# Per-rank series (tag/rank-<r>), for spotting a straggler.
+RANK_SCALARS = [("per_rank/step_ms", "step_ns"), ("per_rank/exposed_ms", "exposed_ns")]
+
+LAYOUT = {
+    "syncviz: step": {
+        "step time vs compute (ms)": ["Multiline", ["time/step_ms", "time/compute_ms",
+                                                     "time/step_slowest_rank_ms"]],
+        "compute phases (ms)": ["Multiline", [r"time/(forward|backward|optimizer)_ms"]],
+    },
+    "syncviz: communication": {
+        "comm busy vs exposed (ms)": ["Multiline", ["comm/busy_ms", "comm/exposed_ms",
+                                                     "comm/overlapped_ms"]],
+        "overlap %": ["Multiline", ["comm/overlap_pct"]],
+        "compute/comm ratio": ["Multiline", ["comm/compute_comm_ratio"]],
+        "bus bandwidth (GB/s)": ["Multiline", ["comm/busbw_GBps"]],
+    },
+    "syncviz: ranks": {
+        "step time per rank (ms)": ["Multiline", [r"per_rank/step_ms/.*"]],
+        "exposed comm per rank (ms)": ["Multiline", [r"per_rank/exposed_ms/.*"]],
+    },
+}
+
+
+def run_label(run: Run) -> str:
+    """TensorBoard run (sub-directory) name: the run's name, safe as one path component."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(run.name)).strip("._") or "run"
+
+
+def _walltimes(run: Run, steps: pd.Series) -> dict[int, float] | None:
+    """Wall-clock seconds of each step's start (run start + aligned clock), or None when the run
+    has no parseable start time. TensorBoard's "relative" axis then shows training time."""
+    try:
+        created = datetime.datetime.fromisoformat(str(run.meta.get("created"))).timestamp()
+    except ValueError:
+        return None
+    ev = run.events[run.events["kind"] == S.STEP]
+    first = ev.groupby("step")["start_ns"].min()
+    return {int(s): created + float(first.get(s, 0)) * 1e-9 for s in steps}
+
+
+def _markdown_table(rows: list[tuple[str, str]], header=("metric", "value")) -> str:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def summary_markdown(run: Run, summary: dict, buckets: pd.DataFrame) -> str:
+    """The text tab: run facts, headline numbers (analysis.run_summary) and the bucket table."""
+    meta = run.meta
+    ddp = meta.get("ddp") or {}
+    facts = [("run", run.name), ("strategy", summary["strategy"]), ("engine", summary["engine"]),
+             ("world size", summary["world_size"]), ("backend", meta.get("backend", "?")),
+             ("device", meta.get("device", "?")), ("bucket cap (MB)", ddp.get("bucket_cap_mb", "–")),
+             ("steps", summary["steps"]),
+             ("headline steps", ", ".join(map(str, summary["headline_steps"])) or "–")]
+    nums = [("step (ms, median)", f"{summary['step_ms']:.3f}"),
+            ("compute (ms)", f"{summary['compute_ms']:.3f}"),
+            ("comm busy (ms)", f"{summary['comm_busy_ms']:.3f}"),
+            ("exposed comm (ms)", f"{summary['exposed_ms']:.3f}"),
+            ("overlap %", f"{summary['overlap_pct']:.1f}"),
+            ("compute/comm ratio", f"{summary['compute_comm_ratio']:.2f}"),
+            ("busbw (GB/s, median)", f"{summary['busbw_gbps']:.3f}"),
+            ("bytes per step (MB)", f"{summary['bytes_per_step'] / 1e6:.2f}"),
+            ("max launch skew (ms)", f"{summary['max_skew_ms']:.3f}")]
+    text = [f"**{summary['verdict']}**", "", _markdown_table(facts, ("run", "")), "",
+            _markdown_table(nums)]
+    if len(buckets):
+        text += ["", "| bucket | op | MB | duration ms | launch delay ms | exposed ms | busbw GB/s |",
+                 "|---|---|---|---|---|---|---|"]
+        for b in buckets.itertuples():
+            text.append(f"| {b.bucket} | {b.op} | {b.bytes / 1e6:.2f} | {b.duration_ns / 1e6:.3f} | "
+                        f"{b.launch_delay_ns / 1e6:.3f} | {b.exposed_ns / 1e6:.3f} | {b.busbw_gbps:.3f} |")
+    if summary["problems"]:
+        text += ["", "Problems: " + "; ".join(summary["problems"])]
+    return "\n".join(text)
+
+
+def write_tensorboard(run: Run, logdir: str | Path, copy_profiler: bool = True) -> Path:
+    """Write ``run`` as TensorBoard run ``<logdir>/<run name>``; returns that directory."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    out = Path(logdir) / run_label(run)
+    out.mkdir(parents=True, exist_ok=True)
+    # Exporting again replaces the earlier export instead of doubling every point.
+    for old in [*out.glob("events.out.tfevents.*"), *out.glob("*.pt.trace.json*")]:
+        old.unlink()
+
+    steps = A.step_table(run)
+    per_rank = A.step_metrics(run)
+    comm = A.bucket_metrics(run)
+    wall = _walltimes(run, steps["step"]) if len(steps) else None
+
+    writer = SummaryWriter(log_dir=str(out))
+    try:
+        for row in steps.itertuples(index=False):
+            step = int(row.step)
+            wt = wall[step] if wall else None
+            for tag, col, scale in STEP_SCALARS:
+                value = float(getattr(row, col))
+                if np.isfinite(value):      # no comm → ratio inf, overlap NaN: leave a gap
+                    writer.add_scalar(tag, value * scale, step, walltime=wt)
+        for row in per_rank.itertuples(index=False):
+            wt = wall.get(int(row.step)) if wall else None
+            for tag, col in RANK_SCALARS:
+                writer.add_scalar(f"{tag}/rank-{row.rank}", getattr(row, col) * 1e-6, int(row.step),
+                                  walltime=wt)
+        for step, g in comm.groupby("step", sort=True):
+            wt = wall.get(int(step)) if wall else None
+            writer.add_histogram("buckets/duration_ms", g["duration_ns"].to_numpy() / 1e6, int(step),
+                                 walltime=wt)
+            writer.add_histogram("buckets/exposed_ms", g["exposed_ns"].to_numpy() / 1e6, int(step),
+                                 walltime=wt)
+            delay = g["launch_delay_ns"].dropna().to_numpy()
+            if len(delay):
+                writer.add_histogram("buckets/launch_delay_ms", delay / 1e6, int(step), walltime=wt)
+        summary = A.run_summary(run)
+        writer.add_text("syncviz/summary", summary_markdown(run, summary, A.bucket_table(run)), 0)
+        writer.add_custom_scalars(LAYOUT)
+    finally:
+        writer.close()
+
+    if copy_profiler:
+        for trace in sorted((run.path / "profiler").glob("*.pt.trace.json*")):
+            shutil.copy2(trace, out / trace.name)
+    return out

@@ -1,0 +1,145 @@
+"""``syncviz summary RUN``: a terminal report of a recorded run (rich tables) or ``--json``.
+Every number comes from syncviz.analysis; this module only lays them out."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import click
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from syncviz import analysis as A
+from syncviz.trace import Run, load_run
+
+
+def _f(x, fmt="{:.2f}", none="–"):
+    if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
+        return none
+    return fmt.format(x)
+
+
+def _mb(b) -> str:
+    return f"{b / 1e6:.2f}"
+
+
+def step_table(run: Run, steps: pd.DataFrame) -> Table:
+    t = Table(title="Per step (median over ranks; times in ms)", title_justify="left")
+    for c in ("step", "time", "fwd", "bwd", "opt", "comm", "exposed", "overlap%", "comp/comm", "MB"):
+        t.add_column(c, justify="right")
+    for step, r in A.step_medians(steps).iterrows():
+        t.add_row(str(step), _f(r["step_ns"] / 1e6), _f(r["forward_ns"] / 1e6), _f(r["backward_ns"] / 1e6),
+                  _f(r["optimizer_ns"] / 1e6), _f(r["comm_busy_ns"] / 1e6), _f(r["exposed_ns"] / 1e6),
+                  _f(r["overlap_pct"], "{:.0f}"), _f(r["compute_comm_ratio"]), _mb(r["bytes"]))
+    return t
+
+
+def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
+    t = Table(title="Per bucket (median over headline steps and ranks)", title_justify="left")
+    for c in ("layout", "bucket", "params", "MB", "dtype", "delay ms", "dur ms", "algbw GB/s",
+              "busbw GB/s", "exposed ms"):
+        t.add_column(c, justify="right")
+    if not len(buckets):
+        return t
+    for (layout, bucket), r in A.bucket_layout_table(buckets, run.layouts).iterrows():
+        t.add_row(str(layout), str(bucket), str(r["params"]), _mb(r["bytes"]), r["dtype"],
+                  _f(r["launch_delay_ns"] / 1e6), _f(r["duration_ns"] / 1e6), _f(r["algbw_gbps"], "{:.3f}"),
+                  _f(r["busbw_gbps"], "{:.3f}"), _f(r["exposed_ns"] / 1e6))
+    return t
+
+
+def collective_table(coll: pd.DataFrame) -> Table:
+    t = Table(title="Collectives per step (all torch.distributed calls, mean over ranks)", title_justify="left")
+    for c in ("phase", "op", "calls/step", "MB/step", "busy ms/step", "busbw GB/s"):
+        t.add_column(c, justify="right")
+    for (phase, op), r in A.collective_table(coll).iterrows():
+        t.add_row(phase, op, _f(r["calls"], "{:.1f}"), _mb(r["bytes"]), _f(r["duration_ns"] / 1e6),
+                  _f(r["busbw_gbps"], "{:.3f}"))
+    return t
+
+
+def print_summary(run: Run, console: Console | None = None) -> dict:
+    # Wide enough for the tables when piped (rich assumes 80 columns without a terminal).
+    console = console or Console(width=None if sys.stdout.isatty() else 130)
+    s = A.run_summary(run)
+    steps = A.step_metrics(run)
+    comm = A.comm_metrics(run, kinds=("bucket", "collective"))
+    hsteps = set(s["headline_steps"])
+    m = run.meta
+    model = m.get("model") or {}
+    ddp = m.get("ddp") or {}
+    console.print(f"[bold]{s['name']}[/]  {run.path}")
+    console.print(f"strategy {s['strategy']} · engine {s['engine']} · {s['world_size']} ranks on "
+                  f"{m.get('nodes', 1)} node(s) · backend {m.get('backend', '?')} · device {m.get('device', '?')}")
+    if model:
+        console.print(f"model {model.get('name', '?')}: {model.get('params', 0) / 1e6:.2f} M params, "
+                      f"{model.get('grad_bytes', 0) / 1e6:.2f} MB of gradients")
+    if ddp:
+        console.print(f"DDP: bucket cap {ddp.get('bucket_cap_mb')} MB (first {ddp.get('first_bucket_cap_mb')} MB), "
+                      f"comm hook {ddp.get('comm_hook')}, gradient_as_bucket_view {ddp.get('gradient_as_bucket_view')}")
+    ranks = m.get("ranks") or []
+    if ranks:
+        worst = max(ranks, key=lambda r: abs(r.get("clock_error_ns", 0)))
+        console.print(f"clocks aligned to rank 0: max error bound {worst.get('clock_error_ns', 0) / 1e3:.1f} µs")
+    for p in s["problems"]:
+        console.print(f"[yellow]warning:[/] {p}")
+    if not len(steps):
+        console.print("[red]No complete step recorded.[/]")
+        return s
+    console.print(step_table(run, steps))
+    buckets = comm[(comm["kind"] == "bucket") & comm["step"].isin(hsteps)]
+    if len(buckets):
+        console.print(bucket_table(run, buckets))
+    coll = comm[(comm["kind"] == "collective") & comm["step"].isin(hsteps)]
+    if len(coll):
+        console.print(collective_table(coll))
+    if s["top_exposed"]:
+        t = Table(title="Top exposed communication", title_justify="left")
+        for c in ("what", "MB", "exposed ms/event", "share of exposed", "after backward"):
+            t.add_column(c, justify="right")
+        for e in s["top_exposed"]:
+            what = f"bucket {e['bucket']}" if e["kind"] == "bucket" else f"{e['op']} ({e['name']})"
+            t.add_row(what, _mb(e["bytes"]), _f(e["exposed_ms_per_event"]), f"{e['exposed_share_pct']:.0f}%",
+                      f"{e['after_backward_pct']:.0f}%")
+        console.print(t)
+    hs = s["headline_steps"]
+    console.print(f"Headline (median of steps {hs[0]}–{hs[-1]}): step {_f(s['step_ms'])} ms, comm busy "
+                  f"{_f(s['comm_busy_ms'])} ms, exposed {_f(s['exposed_ms'])} ms, overlap {_f(s['overlap_pct'], '{:.0f}')}%, "
+                  f"busbw {_f(s['busbw_gbps'], '{:.3f}')} GB/s")
+    console.print(f"[bold]Verdict:[/] {s['verdict']}")
+    return s
+
+
+def summary_json(run: Run) -> dict:
+    s = A.run_summary(run)
+    steps = A.step_metrics(run)
+    buckets = A.bucket_metrics(run)
+    s["steps_table"] = json.loads(steps.to_json(orient="records"))
+    s["buckets_table"] = json.loads(buckets.drop(columns=["name"]).to_json(orient="records"))
+    s["meta"] = run.meta
+    return s
+
+
+@click.command("summary", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("run", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (headline, per-step and per-bucket tables).")
+def summary_command(run, as_json):
+    """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
+    r = load_run(run)
+    if as_json:
+        click.echo(json.dumps(_clean(summary_json(r)), indent=1, default=str))
+    else:
+        print_summary(r)
+
+
+def _clean(o):
+    """NaN/inf are not JSON: write them as null."""
+    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
+        return None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_clean(v) for v in o]
+    return o

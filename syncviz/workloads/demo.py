@@ -1,0 +1,80 @@
+"""``syncviz demo``: trace the built-in workload (train.py) on CPU ranks through ``syncviz trace``
+and print the summary; ``--compare`` runs DDP, ZeRO-2 and ZeRO-3 and compares them."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from pathlib import Path
+
+from syncviz.workloads.train import known_strategies
+
+
+@click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--preset", default="tiny", show_default=True,
+              help="Model shape: tiny, mini, small (GPT-2 124M), medium (GPT-2 355M).")
+@click.option("--steps", default=6, show_default=True, type=click.IntRange(1))
+@click.option("--nproc", default=2, show_default=True, type=click.IntRange(1), help="CPU ranks.")
+@click.option("--out", default=None, help="Run directory [default: traces/demo-<preset>-<strategy>].")
+@click.option("--strategy", default="ddp", show_default=True,
+              help="ddp | ddp-fp16 | ddp-bf16 | powersgd | zero1 | zero2 | zero3 (engine torch); "
+                   "all_reduce | reduce_scatter (engine syncviz).")
+@click.option("--engine", default="torch", show_default=True, type=click.Choice(["torch", "syncviz"]))
+@click.option("--bucket-cap-mb", default=25.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--batch", default=4, show_default=True, type=click.IntRange(1))
+@click.option("--seq", default=64, show_default=True, type=click.IntRange(1))
+@click.option("--accum", default=1, show_default=True, type=click.IntRange(1), help="Micro-steps per step.")
+@click.option("--compare", is_flag=True, help="Run DDP, ZeRO-2 and ZeRO-3 and print the comparison.")
+@click.option("--profile", is_flag=True, help="Also run torch.profiler on steps 2-3.")
+def demo_command(preset, steps, nproc, out, strategy, engine, bucket_cap_mb, batch, seq, accum, compare, profile):
+    """Trace the built-in GPT on CPU ranks (gloo) and print the summary."""
+    from syncviz.workloads.gpt import PRESETS
+    if preset not in PRESETS:
+        raise click.BadParameter(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}", param_hint="--preset")
+    if compare:
+        return demo_compare(preset=preset, steps=steps, nproc=nproc, out=out, bucket_cap_mb=bucket_cap_mb,
+                            batch=batch, seq=seq)
+    known = known_strategies(engine)
+    if strategy not in known:
+        raise click.BadParameter(f"unknown strategy {strategy!r} for engine {engine}; choose from {', '.join(known)}",
+                                 param_hint="--strategy")
+    run_dir = run_demo(preset=preset, steps=steps, nproc=nproc, out=out, strategy=strategy, engine=engine,
+                       bucket_cap_mb=bucket_cap_mb, batch=batch, seq=seq, accum=accum, profile=profile)
+    from syncviz.views.summary import print_summary
+    from syncviz.trace import load_run
+    print_summary(load_run(run_dir))
+
+
+def run_demo(*, preset="tiny", steps=6, nproc=2, out=None, strategy="ddp", engine="torch", bucket_cap_mb=25.0,
+             batch=4, seq=64, accum=1, profile=False, quiet=False, extra=()):
+    """Trace the workload through ``syncviz trace`` (torchrun underneath); returns the run dir."""
+    from syncviz.record.launch import run_trace
+    name = f"demo-{preset}-{strategy}" if engine == "torch" else f"demo-{preset}-syncviz-{strategy}"
+    out = out or os.path.join("traces", name)
+    argv = ["--nproc-per-node", str(nproc), "--out", out, "--name", os.path.basename(out.rstrip("/")),
+            "--overwrite"]
+    if profile:
+        argv += ["--profile", "--profile-steps", "2:4"]
+    if quiet:
+        argv += ["--quiet"]
+    argv += ["-m", "syncviz.workloads", "--preset", preset, "--steps", str(steps), "--strategy", strategy,
+             "--engine", engine, "--bucket-cap-mb", str(bucket_cap_mb), "--batch", str(batch), "--seq", str(seq),
+             "--accum", str(accum), *extra]
+    return run_trace(argv)
+
+
+def demo_compare(preset="tiny", steps=6, nproc=2, out=None, bucket_cap_mb=25.0, batch=4, seq=64,
+                 strategies=("ddp", "zero2", "zero3")) -> list[Path]:
+    """Trace the built-in model once per strategy (runs land under ``out``, default traces/) and
+    print the comparison."""
+    from syncviz.views.compare import load_runs, render, run_comparison
+    from rich.console import Console
+    root = Path(out or "traces")
+    dirs = []
+    for s in strategies:
+        click.echo(f"[syncviz] tracing {preset} with {s} on {nproc} ranks ...", err=True)
+        dirs.append(run_demo(preset=preset, steps=steps, nproc=nproc, strategy=s, bucket_cap_mb=bucket_cap_mb,
+                             batch=batch, seq=seq, out=os.fspath(root / f"demo-{preset}-{s}"), quiet=True))
+    render([run_comparison(r) for r in load_runs(dirs)], Console())
+    return dirs
