@@ -1,102 +1,95 @@
-"""Cost of syncviz's hooks per call, measured in one process (world size 1, gloo), plain vs traced
-interleaved: a DDP model of many small parameters (every parameter fires a gradient-ready hook,
-every bucket a comm hook and an all_reduce through the collective wrapper).
+"""Cost of one call of each recorder hook on the training hot path, in ns, measured directly:
+the gradient-ready hook (one per parameter per micro-step), the collective wrapper around a real
+``dist.all_reduce`` (world size 1, gloo; wrapped minus unwrapped), and a forward pre/post pair.
 
-    python benchmarks/hook_cost.py [--params 1000] [--rounds 30] [--steps 5]
+    python benchmarks/hook_cost.py                          # this checkout
+    python benchmarks/hook_cost.py --compare ../other-tree  # and another checkout, interleaved
 
-Prints the median extra time per traced step, per hook call (grad-ready + bucket + collective),
-and the traced/plain ratio with its 10–90% range over the paired rounds. Run it on two checkouts to
-compare implementations (the number is per call, so it does not depend on the model's compute).
+With --compare, both checkouts run in alternating subprocesses (``--rounds`` each) and the table
+shows the median per call and the ratio, side by side from one run. It also understands the
+pre-layout recorder (syncviz/record.py with underscored hooks), so it compares across that move.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import statistics
+import subprocess
 import sys
 import tempfile
-import time
+import timeit
+
+
+def measure(reps: int) -> dict[str, float]:
+    """One round in this process: ns per call of each hook."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29600 + os.getpid() % 300))
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    try:                                   # the layout with record/ as a package
+        from syncviz.record import api, collectives
+        rec = api.start(tempfile.mkdtemp(prefix="syncviz-hook-"))
+        grad_hook, fwd_pre, fwd_post = rec.grad_hook, rec.forward_pre, rec.forward_post
+    except ImportError:                    # the flat layout before it
+        from syncviz import collectives, record
+        rec = record.start(tempfile.mkdtemp(prefix="syncviz-hook-"))
+        grad_hook, fwd_pre, fwd_post = rec._grad_hook, rec._forward_pre, rec._forward_post
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    p = torch.nn.Parameter(torch.zeros(4))
+    m, y, t = torch.nn.Identity(), torch.zeros(1), torch.zeros(16)
+    hook = grad_hook(0)
+
+    def pair():
+        fwd_pre(m, ())
+        fwd_post(m, (), y)
+
+    def best(fn, number):   # ns per call, best of 9 repeats (other processes only ever add time)
+        return min(timeit.repeat(fn, number=number, repeat=9)) / number * 1e9
+    out = {"grad_ready": best(lambda: hook(p), reps), "forward_pair": best(pair, reps // 5)}
+    rec.micro = -1
+    n = max(100, reps // 100)
+    plain = best(lambda: dist.all_reduce(t), n)
+    collectives.install(rec)
+    wrapped = best(lambda: dist.all_reduce(t), n)
+    collectives.uninstall()
+    out["collective_wrapper"] = wrapped - plain
+    dist.destroy_process_group()
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--params", type=int, default=1000, help="parameter tensors (each a gradient-ready hook)")
-    ap.add_argument("--bucket-cap-mb", type=float, default=0.01, help="DDP bucket cap (small: many buckets)")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=5, help="steps per round and mode")
+    ap.add_argument("--reps", type=int, default=50000, help="calls per hook per round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per checkout")
+    ap.add_argument("--compare", default=None, help="another checkout of syncviz to measure beside this one")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)   # a subprocess's single round
     a = ap.parse_args()
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29531")
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    import syncviz
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=0, world_size=1)
-
-    class Many(torch.nn.Module):
-        def __init__(self, n):
-            super().__init__()
-            self.ws = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(16)) for _ in range(n)])
-
-        def forward(self, x):
-            return sum((w * x).sum() for w in self.ws)
-
-    x = torch.randn(16)
-
-    def build():
-        torch.manual_seed(0)
-        m = DDP(Many(a.params), bucket_cap_mb=a.bucket_cap_mb)
-        return m, torch.optim.SGD(m.parameters(), lr=1e-3)
-
-    def run_steps(m, opt):
-        t0 = time.perf_counter_ns()
-        for _ in range(a.steps):
-            opt.zero_grad()
-            m(x).backward()
-            opt.step()
-        return (time.perf_counter_ns() - t0) / a.steps
-
-    plain_m, plain_opt = build()
-    out = tempfile.mkdtemp(prefix="syncviz-hookcost-")
-    rec = syncviz.record.start(out) if hasattr(syncviz, "record") else None
-    import syncviz.record as R
-    rec = R.start(out)
-    try:
-        from syncviz.record import collectives
-    except ImportError:
-        import syncviz.collectives as collectives
-    collectives.install(rec)
-    traced_m, traced_opt = build()
-    collectives.uninstall()
-    # warm-up: DDP rebuilds its buckets after the first step
-    run_steps(plain_m, plain_opt)
-    collectives.install(rec)
-    run_steps(traced_m, traced_opt)
-    nbuckets = len(traced_m.reducer._get_zeros_like_grad_buckets()) if hasattr(
-        traced_m.reducer, "_get_zeros_like_grad_buckets") else None
-    collectives.uninstall()
-    diffs, ratios = [], []
+    if a.one:
+        print(json.dumps(measure(a.reps)))
+        return
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"this": here} | ({"other": os.path.abspath(a.compare)} if a.compare else {})
+    results: dict[str, list[dict]] = {k: [] for k in trees}
     for _ in range(a.rounds):
-        p = run_steps(plain_m, plain_opt)
-        collectives.install(rec)
-        t = run_steps(traced_m, traced_opt)
-        collectives.uninstall()
-        diffs.append(t - p)
-        ratios.append(t / p)
-    rec.close()
-    dist.destroy_process_group()
-    diffs.sort()
-    ratios.sort()
-    q = lambda v, f: v[min(len(v) - 1, int(f * len(v)))]  # noqa: E731
-    med = statistics.median(diffs)
-    calls = a.params + 2 * (nbuckets or 0)
-    print(f"params {a.params}, buckets {nbuckets}, {a.rounds} rounds × {a.steps} steps")
-    print(f"extra per traced step: median {med / 1e3:.0f} µs (p10 {q(diffs, .1) / 1e3:.0f}, p90 {q(diffs, .9) / 1e3:.0f})")
-    print(f"per hook call (grad-ready + bucket + collective = {calls} calls/step): {med / max(calls, 1):.0f} ns")
-    print(f"traced/plain ratio: median {statistics.median(ratios):.3f} (p10 {q(ratios, .1):.3f}, p90 {q(ratios, .9):.3f})")
+        for label, tree in trees.items():    # interleaved: machine noise hits both alike
+            env = dict(os.environ, PYTHONPATH=tree + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            res = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", "--reps", str(a.reps)],
+                                 env=env, cwd=tree, capture_output=True, text=True, timeout=600)
+            if res.returncode:
+                sys.exit(f"{label} ({tree}) failed: {res.stderr.strip().splitlines()[-1:]}")
+            results[label].append(json.loads(res.stdout.strip().splitlines()[-1]))
+    keys = list(results["this"][0])
+    # the minimum over rounds: on a shared 2-core machine other processes only ever add time
+    med = {label: {k: min(r[k] for r in rs) for k in keys} for label, rs in results.items()}
+    print(f"ns per call, best of {a.rounds} rounds × {a.reps} calls" + (f"; other = {a.compare}" if a.compare else ""))
+    print(f"{'hook':<20}" + "".join(f"{label:>12}" for label in trees) + ("   this/other" if a.compare else ""))
+    for k in keys:
+        row = f"{k:<20}" + "".join(f"{med[label][k]:>12.0f}" for label in trees)
+        if a.compare and med["other"][k] > 0:
+            row += f"   {med['this'][k] / med['other'][k]:>10.2f}"
+        print(row)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -59,12 +59,9 @@ def _calls(rank: int, n: int, rec) -> None:
         dist.all_reduce(torch.ones(100))
         dist.all_reduce(torch.ones(200))
     # a comm hook whose continuation issues another collective on gloo's thread (PowerSGD's P → Q)
-    rec._in_bucket = 3
-    try:
+    with rec.in_bucket(3):
         fut = dist.all_reduce(torch.ones(10), async_op=True).get_future().then(
             lambda f: dist.all_reduce(torch.ones(20), async_op=True).get_future().wait())
-    finally:
-        rec._in_bucket = -1
     fut.wait()
     dist.all_reduce(torch.ones(10, dtype=torch.float16))
     with rec.own_collectives():          # syncviz's own: not recorded

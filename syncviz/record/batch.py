@@ -10,7 +10,7 @@ from syncviz.trace import schema as S
 _COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)
 
 
-def build_batch(step: int, *, phases: list[Phase], ready: list[GradReady], buckets: list[BucketCall],
+def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: list[BucketCall],
                 collectives: list[CollectiveCall], base: int, world_size: int, step_start: int | None,
                 param_name: Callable[[int], str],
                 bucket_params: Callable[[int, int], list[int]]) -> dict[str, list]:
@@ -31,7 +31,7 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[GradReady], bucke
         add(p.kind, p.name, p.start, p.end, micro=max(p.micro, 0), layout=p.depth)
         spans.append((p.start, p.end, p.kind))
     ready_by: dict[tuple[int, int], int] = {}
-    for r in ready:
+    for r in map(GradReady._make, ready):    # hooks append plain tuples in GradReady's order
         t = r.t_local + base
         add(S.GRAD_READY, param_name(r.param), t, t, micro=max(r.micro, 0))
         key = (r.micro, r.param)

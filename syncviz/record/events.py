@@ -23,7 +23,9 @@ class Phase(NamedTuple):
 
 
 class GradReady(NamedTuple):
-    """A parameter's gradient was accumulated (local clock, aligned at flush)."""
+    """A parameter's gradient was accumulated (local clock, aligned at flush). The hook appends a
+    plain tuple in this order (the hottest path: one per parameter per micro-step); the step
+    boundary names it."""
     param: int         # parameter index (Recorder.param_index)
     t_local: int
     micro: int

@@ -1,0 +1,49 @@
+"""Frozen scenario runs (tests/data/<scenario>/, made by tests/data/make_fixtures.py): today's reader
+and analysis must give exactly the numbers recorded in each expected.json. A change here is a change
+of a metric's definition (or a reader bug): regenerate with `make_fixtures.py --expected` only on
+purpose."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+_spec = importlib.util.spec_from_file_location("make_fixtures", DATA / "make_fixtures.py")
+make_fixtures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_fixtures)
+
+
+def _same(a, b, path="") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}.{k}: only in one" for k in set(a) ^ set(b)]
+        for k in set(a) & set(b):
+            out += _same(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items vs {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _same(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return [] if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) else [f"{path}: {a} vs {b}"]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+@pytest.mark.parametrize("scenario", make_fixtures.SCENARIOS)
+def test_fixture_numbers_unchanged(scenario):
+    expected = json.loads((DATA / scenario / "expected.json").read_text())
+    got = make_fixtures.numbers(DATA / scenario)
+    diffs = _same(got, expected)
+    assert not diffs, f"{scenario}: {len(diffs)} numbers changed, e.g. {diffs[:5]}"
+
+
+def test_damaged_fixtures_say_so():
+    truncated = make_fixtures.numbers(DATA / "truncated-rank")
+    assert truncated["problems"] >= 1                   # rank 1 named incomplete, the rest read
+    assert truncated["summary"]["steps"] == 4           # rank 0's steps all there
+    old = json.loads((DATA / "old-minor" / "expected.json").read_text())
+    new = json.loads((DATA / "ddp-2rank" / "expected.json").read_text())
+    assert old["summary"]["step_ms"] == new["summary"]["step_ms"]   # a missing optional column changes no time
