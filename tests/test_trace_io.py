@@ -73,7 +73,7 @@ def test_empty_rank_file(tmp_path):
 
 def test_wrong_stream_version(tmp_path):
     _partial_run(tmp_path)
-    sch = S.EVENT_SCHEMA.with_metadata({b"syncviz.trace.schema": b"syncviz-trace/2"})
+    sch = S.EVENT_SCHEMA.with_metadata({b"syncviz.schema": b"syncviz-trace/2"})
     with pa.OSFile(str(tmp_path / "rank-0.arrow"), "wb") as f, pa.ipc.new_stream(f, sch) as w:
         w.write_batch(sch.empty_table().to_batches()[0] if sch.empty_table().to_batches() else
                       pa.RecordBatch.from_pylist([], schema=sch))

@@ -91,7 +91,7 @@ def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch],
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise TraceError(f"{path}: not an Arrow IPC stream ({_short(e)})") from None
     meta = reader.schema.metadata or {}
-    version = meta.get(b"syncviz.trace.schema", b"").decode(errors="replace")
+    version = meta.get(b"syncviz.schema", b"").decode(errors="replace")
     try:
         major = S.parse_version(version)
     except ValueError:

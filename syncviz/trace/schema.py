@@ -105,7 +105,7 @@ LAYOUT_COLUMNS = tuple(LAYOUT_SCHEMA.names)
 
 def stream_metadata(rank: int) -> dict[bytes, bytes]:
     """Schema-level metadata of every rank stream: readers check the version before data."""
-    return {b"syncviz.trace.schema": SCHEMA_VERSION.encode(),
+    return {b"syncviz.schema": SCHEMA_VERSION.encode(),
             b"syncviz.minor": str(SCHEMA_MINOR).encode(),
             b"syncviz.rank": str(rank).encode()}
 
