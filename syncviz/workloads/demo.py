@@ -12,8 +12,8 @@ from syncviz.workloads.train import known_strategies
 
 
 @click.command("demo", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--preset", default="tiny", show_default=True,
-              help="Model shape: tiny, mini, small (GPT-2 124M), medium (GPT-2 355M).")
+@click.option("--preset", default="mini", show_default=True,
+              help="Model shape: tiny, mini (3M params), small (GPT-2 124M), medium (GPT-2 355M).")
 @click.option("--steps", default=6, show_default=True, type=click.IntRange(1))
 @click.option("--nproc", default=2, show_default=True, type=click.IntRange(1), help="CPU ranks.")
 @click.option("--out", default=None, help="Run directory [default: traces/demo-<preset>-<strategy>].")
@@ -21,13 +21,19 @@ from syncviz.workloads.train import known_strategies
               help="ddp | ddp-fp16 | ddp-bf16 | powersgd | zero1 | zero2 | zero3 (engine torch); "
                    "all_reduce | reduce_scatter (engine syncviz).")
 @click.option("--engine", default="torch", show_default=True, type=click.Choice(["torch", "syncviz"]))
-@click.option("--bucket-cap-mb", default=25.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+# 1 MB on the 10.5 MB mini GPT gives 7 buckets, ~80% of them hidden under backward (2 CPU ranks);
+# DDP's own 25 MB default puts a small model in one bucket that can only start after backward.
+@click.option("--bucket-cap-mb", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="DDP bucket cap (DDP's own default is 25).")
 @click.option("--batch", default=4, show_default=True, type=click.IntRange(1))
 @click.option("--seq", default=64, show_default=True, type=click.IntRange(1))
 @click.option("--accum", default=1, show_default=True, type=click.IntRange(1), help="Micro-steps per step.")
 @click.option("--compare", is_flag=True, help="Run DDP, ZeRO-2 and ZeRO-3 and print the comparison.")
 @click.option("--profile", is_flag=True, help="Also run torch.profiler on steps 2-3.")
-def demo_command(preset, steps, nproc, out, strategy, engine, bucket_cap_mb, batch, seq, accum, compare, profile):
+@click.option("--straggler", default="", metavar="RANK:MS",
+              help="Make RANK slow: it sleeps MS ms before every forward (the others wait in the all-reduce).")
+def demo_command(preset, steps, nproc, out, strategy, engine, bucket_cap_mb, batch, seq, accum, compare, profile,
+                 straggler):
     """Trace the built-in GPT on CPU ranks (gloo) and print the summary."""
     from syncviz.workloads.gpt import PRESETS
     if preset not in PRESETS:
@@ -39,8 +45,16 @@ def demo_command(preset, steps, nproc, out, strategy, engine, bucket_cap_mb, bat
     if strategy not in known:
         raise click.BadParameter(f"unknown strategy {strategy!r} for engine {engine}; choose from {', '.join(known)}",
                                  param_hint="--strategy")
+    from syncviz.workloads.train import parse_straggler
+    try:
+        slow = parse_straggler(straggler)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    if slow and slow[0] >= nproc:
+        raise click.ClickException(f"--straggler rank {slow[0]} does not exist with --nproc {nproc}")
     run_dir = run_demo(preset=preset, steps=steps, nproc=nproc, out=out, strategy=strategy, engine=engine,
-                       bucket_cap_mb=bucket_cap_mb, batch=batch, seq=seq, accum=accum, profile=profile)
+                       bucket_cap_mb=bucket_cap_mb, batch=batch, seq=seq, accum=accum, profile=profile,
+                       extra=("--straggler", straggler) if straggler else ())
     from syncviz.views.summary import print_summary
     from syncviz.trace import load_run
     print_summary(load_run(run_dir))

@@ -34,6 +34,7 @@ class WorkloadConfig:
     save_params: str = ""           # rank 0 saves final parameters here (tests compare runs)
     threads: int = 0                # torch intra-op threads per rank (0 = leave torch's choice)
     torch_profiler: bool = False    # run torch.profiler over every step (benchmarks/overhead.py)
+    straggler: str = ""             # "RANK:MS": that rank sleeps MS ms before every forward (a slow rank)
 
 
 SYNC_STRATEGIES = S.SYNC_STRATEGIES + ("ddp",)   # engine syncviz ("ddp" = all_reduce)
@@ -60,8 +61,27 @@ def parse_args(argv=None) -> WorkloadConfig:
     p.add_argument("--save-params", default="")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--torch-profiler", action="store_true")
+    p.add_argument("--straggler", default="", metavar="RANK:MS", help="that rank sleeps MS ms before each forward")
     a = p.parse_args(argv)
+    try:
+        parse_straggler(a.straggler)
+    except ValueError as e:
+        p.error(str(e))
     return WorkloadConfig(**{k.replace("-", "_"): v for k, v in vars(a).items()})
+
+
+def parse_straggler(text: str) -> tuple[int, float] | None:
+    """"RANK:MS" -> (rank, seconds); "" -> None."""
+    if not text:
+        return None
+    rank, _, ms = str(text).partition(":")
+    try:
+        r, t = int(rank), float(ms)
+    except ValueError:
+        raise ValueError(f"--straggler wants RANK:MS, e.g. 1:50 (got {text!r})") from None
+    if r < 0 or not t >= 0:
+        raise ValueError(f"--straggler wants a rank >= 0 and MS >= 0 (got {text!r})")
+    return r, t / 1e3
 
 
 def build(cfg: WorkloadConfig):
@@ -100,6 +120,7 @@ def train(cfg: WorkloadConfig) -> list[float]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rank = dist.get_rank()
+    slow = parse_straggler(cfg.straggler)
     model, opt = build(cfg)
     losses = []
     prof = None
@@ -112,6 +133,8 @@ def train(cfg: WorkloadConfig) -> list[float]:
             x, y = synthetic_batch(preset(cfg.preset), cfg.batch, cfg.seq,
                                    seed=cfg.seed * 1_000_003 + (step * cfg.accum + micro) * 1009 + rank)
             last = micro == cfg.accum - 1
+            if slow and slow[0] == rank:
+                time.sleep(slow[1])      # a real slow rank: every other rank will wait for it
             ctx = model.no_sync() if (not last and hasattr(model, "no_sync")) else contextlib.nullcontext()
             with ctx:
                 loss = model(x, y) / cfg.accum
