@@ -25,6 +25,9 @@ def main() -> None:
     from syncviz.record import api
     rec = api.start(opts.out, name=opts.name or None, steps=opts.steps, command=opts.command or None,
                     profiler=profiler, backend=opts.backend)
+    if opts.grad_values:
+        from syncviz.record import grads
+        grads.install(rec, opts.grad_values)
     if opts.collectives:
         from syncviz.record import collectives
         collectives.install(rec)

@@ -39,6 +39,8 @@ class _BucketHook:
             rec.note_layout(layout, index, bucket.parameters())
         nbytes = buf.numel() * buf.element_size()
         call = rec.begin_bucket(index, layout, nbytes, buf.dtype, self.name)
+        # opt-in (--grad-values): copies a few values out of buf before anything scales it
+        values = rec.grad_values.before(bucket, buf, layout, index) if rec.grad_values is not None else None
         if buf.is_cuda:   # GPU-side interval from CUDA events, resolved a step later (never blocks)
             start_ev = torch.cuda.Event(enable_timing=True)
             start_ev.record()
@@ -56,7 +58,7 @@ class _BucketHook:
                 fut = self.target(self.state, bucket)
                 unwrap = False
 
-        def done(f, call=call, unwrap=unwrap):
+        def done(f, call=call, unwrap=unwrap, values=values):
             call.done = rec.now()
             if call.cuda is not None:
                 # the callback's current stream waits for the collective: this marks its GPU end
@@ -64,7 +66,10 @@ class _BucketHook:
                 end_ev.record()
                 call.cuda[1] = end_ev
             v = f.value()
-            return v[0] if unwrap else v
+            v = v[0] if unwrap else v
+            if values is not None:
+                rec.grad_values.after(values, v)
+            return v
 
         return fut.then(done)
 

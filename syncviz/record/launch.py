@@ -22,7 +22,7 @@ import click
 from syncviz.trace import schema as S
 
 SYNCVIZ_OPTIONS = ("out", "name", "steps", "backend", "profile", "profile_steps", "overwrite", "quiet",
-                   "no_collectives")
+                   "no_collectives", "grad_values", "grad_elements")
 USAGE = ("syncviz trace [syncviz options] [torchrun options] script.py [script args]\n"
          "       syncviz trace [syncviz options] [torchrun options] -m package.module [module args]")
 DESCRIPTION = ("Run a training script on torchrun ranks and record its gradient synchronization. "
@@ -44,6 +44,11 @@ def _add_syncviz_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quiet", action="store_true", help="no progress lines")
     g.add_argument("--no-collectives", action="store_true",
                    help="time only DDP buckets, not every torch.distributed collective")
+    g.add_argument("--grad-values", action="store_true",
+                   help="also record each parameter's first K gradient elements and its norm, per rank, "
+                        "before and after DDP's all-reduce (grads-<rank>.arrow; off by default)")
+    g.add_argument("--grad-elements", type=int, default=4, metavar="K",
+                   help="elements per parameter for --grad-values [default: 4]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,6 +130,8 @@ def run_trace(argv: list[str]) -> Path:
         StepSelection(args.steps)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--steps") from None
+    if args.grad_elements < 1:
+        raise click.BadParameter("K must be >= 1", param_hint="--grad-elements")
     if args.profile and not re.fullmatch(r"\d+:\d+", args.profile_steps or ""):
         raise click.BadParameter("use A:B, e.g. 2:4", param_hint="--profile-steps")
     stem = target.rsplit(".", 1)[-1] if args.module else Path(target).stem
@@ -135,7 +142,8 @@ def run_trace(argv: list[str]) -> Path:
     if args.node_rank == 0 and ((out / S.RUN_FILE).exists() or any(out.glob("rank-*.arrow"))):
         if not args.overwrite:
             raise click.ClickException(f"{out} already holds a run; pass --overwrite or choose --out")
-        for p in list(out.glob("rank-*.arrow")) + list(out.glob("layout-*.arrow")) + [out / S.RUN_FILE]:
+        for p in (list(out.glob("rank-*.arrow")) + list(out.glob("layout-*.arrow")) + list(out.glob("grads-*.arrow"))
+                  + [out / S.RUN_FILE]):
             p.unlink(missing_ok=True)
         shutil.rmtree(out / "profiler", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,7 +151,8 @@ def run_trace(argv: list[str]) -> Path:
     env = TraceOptions(out=str(out.resolve()), name=name, steps=args.steps, target=target,
                        is_module=bool(args.module), command=["syncviz", "trace", *argv],
                        collectives=not args.no_collectives, backend=args.backend or "",
-                       profile=args.profile_steps if args.profile else "").to_env()
+                       profile=args.profile_steps if args.profile else "",
+                       grad_values=args.grad_elements if args.grad_values else 0).to_env()
     for k in SYNCVIZ_OPTIONS:
         delattr(args, k)
     args.training_script, args.module = "syncviz.record.bootstrap", True

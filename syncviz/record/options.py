@@ -52,6 +52,7 @@ class TraceOptions:
     collectives: bool = True       # time every torch.distributed collective, not only DDP buckets
     backend: str = ""              # backend for init_process_group calls that name none
     profile: str = ""              # torch.profiler steps "A:B" ("" = off)
+    grad_values: int = 0           # record this many gradient elements per parameter (0 = off; record/grads.py)
 
     def to_env(self) -> dict[str, str]:
         return {ENV: json.dumps(dataclasses.asdict(self))}

@@ -80,6 +80,8 @@ class Recorder(PhaseHooks):
         self._names_by_index: dict[int, str] = {}
         self._hook_handles: list = []
         self._close_callbacks: list[Callable[["Recorder"], None]] = []
+        self._step_callbacks: list[Callable[[int], None]] = []
+        self.grad_values = None                 # record/grads.py when --grad-values (opt-in)
         self.closed = False
         self._last_meta_write = 0.0
         self._install_optimizer_hooks()
@@ -153,6 +155,10 @@ class Recorder(PhaseHooks):
 
     def on_close(self, callback: Callable[["Recorder"], None]) -> None:
         self._close_callbacks.append(callback)
+
+    def on_step_end(self, callback: Callable[[int], None]) -> None:
+        """``callback(step)`` at every step boundary (a reporter flushes its own file there)."""
+        self._step_callbacks.append(callback)
 
     def annotate(self, **fields) -> None:
         """Add run-level facts to run.json (rank 0 writes it)."""
@@ -266,6 +272,8 @@ class Recorder(PhaseHooks):
             self._write_ready_steps()
             if self.rank == 0 and time.monotonic() - self._last_meta_write > 0.5:
                 self.write_meta()
+        for cb in self._step_callbacks:
+            cb(step)
         self._reset_step()
         self.step += 1
         if self.profiler is not None:

@@ -103,6 +103,33 @@ LAYOUT_SCHEMA = pa.schema([
 LAYOUT_COLUMNS = tuple(LAYOUT_SCHEMA.names)
 
 
+# Optional: gradient values (``syncviz trace --grad-values [K]``, off by default), one
+# ``grads-<r>.arrow`` stream per rank, one record batch per step. For every parameter of every DDP
+# bucket: its first K gradient elements and its L2 norm, as this rank held them when DDP handed the
+# bucket to the comm hook ("before": the local gradient, not yet scaled by 1/N) and when the
+# bucket's collective completed ("after": what DDP copies into .grad). Values are float64 copies
+# of the gradient dtype's values (exact for fp32/bf16/fp16). syncviz.analysis.grads checks after = mean(before).
+def grads_file(rank: int) -> str:
+    return f"grads-{rank}.arrow"
+
+
+GRAD_BEFORE, GRAD_AFTER = "before", "after"
+GRADS_SCHEMA = pa.schema([
+    ("step", pa.int64()),        # optimizer step
+    ("micro", pa.int32()),       # micro-step whose backward launched the bucket
+    ("bucket", pa.int32()),
+    ("layout", pa.int32()),      # bucket-layout version (as in layout-<r>.arrow)
+    ("param", pa.string()),      # parameter name
+    ("param_index", pa.int32()),
+    ("numel", pa.int64()),       # parameter elements (the norm is over all of them)
+    ("when", pa.string()),       # GRAD_BEFORE | GRAD_AFTER
+    ("norm", pa.float64()),      # L2 norm of the whole parameter gradient
+    ("values", pa.list_(pa.float64())),   # its first K elements (flattened order)
+    ("dtype", pa.string()),
+])
+GRADS_COLUMNS = tuple(GRADS_SCHEMA.names)
+
+
 def stream_metadata(rank: int) -> dict[bytes, bytes]:
     """Schema-level metadata of every rank stream: readers check the version before data."""
     return {b"syncviz.schema": SCHEMA_VERSION.encode(),
@@ -142,4 +169,6 @@ RUN_KEYS = {
     "finished": "true once every rank closed its stream cleanly",
     "memory": "{params_bytes, grads_bytes, optimizer_bytes, peak_allocated_bytes} per rank (optional)",
     "simulated": "cost-model parameters when engine == simulated (optional)",
+    "grad_values": "{elements: K, files: 'grads-<rank>.arrow'} when gradient values were recorded "
+                   "(--grad-values; optional, see GRADS_SCHEMA)",
 }
