@@ -23,7 +23,7 @@ from syncviz.dashboard import components as C
 from syncviz.dashboard.data.stepview import FOREGROUND
 from syncviz.dashboard.data.store import RunStore
 
-PAGES = ("runs", "replay", "buckets", "strategies", "ratios")
+PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "lesson")
 
 
 def create_app(root: str | Path) -> dash.Dash:
