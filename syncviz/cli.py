@@ -21,7 +21,7 @@ COMMANDS = {
     "simulate": ("syncviz.model.simulate", "simulate_command", "Simulate a run at other world sizes, links, bucket caps, strategies."),
     "advise": ("syncviz.model.advise", "advise_command", "Recommend a bucket cap (and strategy) for a recorded run."),
     "lesson": ("syncviz.workloads.lesson", "lesson_command", "A narrated lesson on data parallelism, each step run on real CPU ranks."),
-    "plan": ("syncviz.model.plan", "plan_command", "Memory per GPU and communication of DDP and ZeRO-1/2/3/Offload/Infinity: what fits."),
+    "plan": ("syncviz.model.plan", "plan_command", "Memory per GPU of DDP and ZeRO-1/2/3/Offload/Infinity: what fits, which to use."),
     "sweep": ("syncviz.workloads.sweep", "sweep_command", "Run the workload at several bucket caps: predicted vs measured."),
 }
 

@@ -279,7 +279,17 @@ STEPS = (averaging, manual, buckets, straggler, ring, memory)
 @click.option("--only", default="", metavar="1,5", help="Run only these steps (numbers, comma-separated).")
 def lesson_command(out, nproc, fast, only):
     """A narrated lesson on data parallelism: each step runs real ranks (gloo, CPU), prints what it
-    measured and names the dashboard page that shows it. Then: syncviz dash <parent of --out>."""
+    measured and names the dashboard page that shows it. Then: syncviz dash <parent of --out>.
+
+    \b
+    Steps:
+      1  gradient averaging: per-rank gradient values before/after DDP's all-reduce
+      2  DDP by hand (broadcast, all-reduce each gradient, /N), checked against DDP
+      3  DDP's buckets overlapping backward, on the same model
+      4  a straggler rank, and the others waiting for it
+      5  ring all-reduce with send/recv: bytes per rank vs naive schemes, N = 2, 4, 8
+      6  memory per GPU of DDP / ZeRO-1/2/3 for 70B parameters (syncviz plan)
+    """
     try:
         picked = sorted({int(x) for x in only.split(",") if x.strip()}) if only else list(range(1, len(STEPS) + 1))
     except ValueError:
