@@ -38,3 +38,18 @@ def test_manual_equals_ddp_and_is_traced(tmp_path, overlap):
     steps = A.step_metrics(run)
     if not overlap:        # nothing hides a blocking all-reduce issued after backward
         assert (steps[steps["step"] > 0]["overlap_pct"] == 0).all()
+
+
+def test_local_sgd_replicas_drift_and_snap_back():
+    """--sync-every 2: without gradient averaging the replicas drift apart; averaging the weights
+    makes them equal again (0 difference)."""
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                        "syncviz.workloads.manual_ddp", "--steps", "4", "--sync-every", "2"],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [l for l in p.stdout.splitlines() if l.startswith("step ")]
+    assert len(lines) == 4
+    drift = [float(l.split("differ by up to ")[1].split(",")[0]) for l in lines]
+    assert all(d > 0 for d in drift)                     # each rank stepped on its own gradients
+    assert lines[1].endswith("averaged -> 0") and lines[3].endswith("averaged -> 0")
+    assert "averaged" not in lines[0] and "averaged" not in lines[2]

@@ -99,7 +99,9 @@ def ring_timeline(transfers: list[dict], n: int) -> dict:
     title = _title(f"Every chunk transfer, N = {n}: 2(N−1) = {2 * (n - 1)} steps per rank")
     return {"data": data, "layout": {"title": title,
                                      "barmode": "overlay", "height": 120 + 40 * n, "margin": MARGIN,
-                                     "xaxis": {"title": "ms"}, "yaxis": {"autorange": "reversed"}}}
+                                     "xaxis": {"title": "ms"},
+                                     "yaxis": {"autorange": "reversed", "categoryorder": "array",
+                                               "categoryarray": [f"rank {r}" for r in range(n)]}}}
 
 
 def ring_bytes_figure(results: list[dict]) -> dict:

@@ -78,12 +78,14 @@ def _section(step: dict, figures: list, names: list[str]) -> html.Div:
     ], className="lesson-step")
 
 
-def _figures(kind: str, step: dict, lesson_dir: Path, names: list[str]) -> list:
+def _figures(kind: str, step: dict, lesson_dir: Path, names: list[str], earlier: list[str] = ()) -> list:
     if kind == "averaging" and names:
         check = G.averaging_check(load_grads(C.store().path_of(names[0])))
         return [C.graph("lesson-averaging", figure=LC.averaging_figure(check))]
     if kind in ("manual", "buckets", "straggler") and names:
-        splits = {n: C.store().get(n).time_split() for n in names}
+        # the buckets step is drawn next to the hand-written runs: same model, same ranks
+        shown = [*earlier, *names] if kind == "buckets" else names
+        splits = {n: C.store().get(n).time_split() for n in shown}
         return [C.graph(f"lesson-split-{kind}", figure=CH.time_split_figure(splits))]
     if kind == "ring":
         results = [json.loads(p.read_text()) for p in sorted((lesson_dir / "ring").glob("ring-N*.json"))]
@@ -122,11 +124,13 @@ def draw(name):
     try:
         lesson_dir = lessons()[name]
         doc = json.loads((lesson_dir / "lesson.json").read_text())
-        out = []
+        out, manual = [], []
         for step in doc.get("steps", []):
             names = [n for n in (_run_name(lesson_dir, r) for r in step.get("runs", [])) if n]
+            if _kind(step) == "manual":
+                manual = names
             try:
-                figs = _figures(_kind(step), step, lesson_dir, names)
+                figs = _figures(_kind(step), step, lesson_dir, names, manual)
             except Exception as e:
                 figs = [C.error_card(C.problem_text(e), title="cannot draw this step")]
             out.append(_section(step, figs, names))

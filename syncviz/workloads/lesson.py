@@ -1,7 +1,7 @@
 """``syncviz lesson``: data parallelism one idea at a time, each shown by running it on real CPU
 ranks (gloo) and reading the numbers back from the recorded runs.
 
-    syncviz lesson            # 334 s on 2 shared CPU cores; --fast: 109 s
+    syncviz lesson            # 334-455 s on 2 busy shared CPU cores; --fast: 109 s
     syncviz dash traces/      # then the Lesson page tells the same story with these runs
 
 Steps (each prints what it ran, what it measured and which dashboard page shows it):
@@ -140,8 +140,8 @@ def manual(ctx: Ctx) -> None:
              f"One all-reduce per parameter ({len(calls)} per step), issued after backward has finished:",
              f"{s['exposed_pct']:.0f}% of the communication is exposed ({s['exposed_ms']:.1f} ms of a "
              f"{s['step_ms']:.1f} ms step); nothing computes while the gradients travel.",
-             "The script is 40 lines: read syncviz/workloads/manual_ddp.py; --overlap starts each all-reduce from the",
-             "gradient's post-accumulate hook instead, while backward still runs."]
+             "Its core is ~40 lines: read syncviz/workloads/manual_ddp.py. --overlap starts each all-reduce from",
+             "the gradient's post-accumulate hook instead, while backward still runs."]
     numbers = {"calls_per_step": int(len(calls)), "exposed_pct": s["exposed_pct"], "step_ms": s["step_ms"],
                "check": out[-1] if out else ""}
     runs = [run]
@@ -149,9 +149,10 @@ def manual(ctx: Ctx) -> None:
         run2, _ = _trace(ctx, "2b-manual-overlap", "-m", "syncviz.workloads.manual_ddp", *ctx.model, "--steps", "3", "--overlap")
         s2 = _summary(run2)
         lines.append(f"With --overlap: {s2['overlap_pct']:.0f}% of it runs under backward; exposed "
-                     f"{s2['exposed_ms']:.1f} ms, step {s2['step_ms']:.0f} ms (vs {s['step_ms']:.0f} ms). One")
-        lines.append(f"message per parameter pays gloo's per-message cost {len(calls)} times, and on few CPU cores its threads")
-        lines.append("compete with backward: hiding needs fewer, larger messages (next step).")
+                     f"{s2['exposed_ms']:.1f} ms, step {s2['step_ms']:.0f} ms (vs {s['step_ms']:.0f} ms). Still {len(calls)}")
+        lines.append("messages per step, each paying gloo's fixed per-message cost; on few CPU cores gloo's threads")
+        lines.append("also compete with backward for the cores.")
+        ctx.manual_overlap = s2
         numbers["overlap_overlap_pct"] = s2["overlap_pct"]
         runs.append(run2)
     ctx.end(t0, title, lines, f"Replay, run {run.name}: the all-reduces sit after the backward bar", runs, numbers)
@@ -175,8 +176,12 @@ def buckets(ctx: Ctx) -> None:
              f"gradient is ready: {s['overlap_pct']:.0f}% of the communication is hidden under backward, "
              f"{s['exposed_ms']:.1f} ms exposed per step."]
     if m:
-        lines.append(f"By hand (step 2) it was {100 - m['exposed_pct']:.0f}% hidden, {m['exposed_ms']:.1f} ms exposed: "
-                     "fewer, larger messages also pay the per-message latency fewer times.")
+        o = getattr(ctx, "manual_overlap", None)
+        lines.append(f"By hand (step 2): {100 - m['exposed_pct']:.0f}% hidden, {m['exposed_ms']:.1f} ms exposed"
+                     + (f"; with --overlap {o['overlap_pct']:.0f}% hidden, {o['exposed_ms']:.1f} ms exposed" if o else "")
+                     + f". DDP sends {n1} buckets")
+        lines.append("instead of one message per parameter. (Runs on a shared machine differ by tens of ms: compare")
+        lines.append("the overlap percentages, measured within each run, more than milliseconds across runs.)")
     lines.append("`syncviz demo` runs this (mini GPT, 1 MB buckets) on any laptop.")
     ctx.end(t0, title, lines, f"Replay (buckets under backward) and Buckets (what is in each), run {run.name}",
             [run], {"buckets": int(n1), "buckets_first_step": int(n0), "overlap_pct": s["overlap_pct"],
@@ -299,7 +304,7 @@ def lesson_command(out, nproc, fast, only):
     ctx = Ctx(Path(out), nproc, fast, total=len(STEPS))
     ctx.out.mkdir(parents=True, exist_ok=True)
     click.echo(f"syncviz lesson: data parallelism on {nproc} CPU ranks, {len(picked)} of {len(STEPS)} steps "
-               f"({'fast: ~2 min' if fast else '~5 min'} on 2 busy CPU cores); runs are written to {ctx.out}/")
+               f"({'fast: ~2 min' if fast else '~6 min'} on 2 busy CPU cores); runs are written to {ctx.out}/")
     t0 = time.monotonic()
     try:
         for i in picked:

@@ -16,6 +16,10 @@ that equals (Σ g_r)/2). ``--overlap`` launches each gradient's all-reduce from 
 post-accumulate-grad hook, while backward is still running: the idea DDP adds on top (in buckets).
 Under ``syncviz trace`` the model's forward/backward and every all_reduce are recorded, so the
 dashboard shows the naive version's communication after backward, and --overlap's under it.
+
+``--sync-every K`` relaxes idea 3 (local SGD): every rank steps on its own gradients and the
+weights are averaged only every K steps. It prints how far the replicas drift apart in between
+(largest weight difference across ranks), and how the averaging pulls them together again.
 """
 from __future__ import annotations
 
@@ -56,6 +60,14 @@ class OverlappedAverage:
         self.works.clear()
 
 
+def average_weights(model: torch.nn.Module) -> None:
+    """Local SGD's synchronization: every rank takes the mean of the ranks' weights."""
+    n = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.data, op=dist.ReduceOp.SUM)
+        p.data.div_(n)
+
+
 def batches(args, rank: int, cfg):
     from syncviz.workloads.gpt import synthetic_batch
     for step in range(args.steps):   # each rank its own slice of the global batch
@@ -79,14 +91,23 @@ def train_manual(args, cfg) -> torch.nn.Module:
     for step, (x, y) in enumerate(batches(args, rank, cfg)):
         loss = model(x, y)                           # idea 2: local forward and backward
         loss.backward()
-        if overlap:
+        if args.sync_every > 1:
+            pass                                     # local SGD: each rank keeps its own gradient
+        elif overlap:
             overlap.wait()
         else:
             average_gradients(model)                 # idea 3
         opt.step()
         opt.zero_grad(set_to_none=True)
+        note = ""
+        if args.sync_every > 1:
+            drift = _spread(model)
+            synced = (step + 1) % args.sync_every == 0
+            if synced:
+                average_weights(model)
+            note = f"  replicas differ by up to {drift:.3g}" + (f", averaged -> {_spread(model):.3g}" if synced else "")
         if rank == 0:
-            print(f"step {step}  loss {loss.item():.4f}  (rank 0's slice)", flush=True)
+            print(f"step {step}  loss {loss.item():.4f}  (rank 0's slice){note}", flush=True)
     return model
 
 
@@ -140,7 +161,13 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overlap", action="store_true", help="all-reduce each gradient as soon as it is ready")
     p.add_argument("--check", action="store_true", help="also train torch's DDP and compare the parameters")
+    p.add_argument("--sync-every", type=int, default=1, metavar="K",
+                   help="local SGD: no gradient averaging; average the weights every K steps and print the drift")
     a = p.parse_args(argv)
+    if a.sync_every < 1:
+        p.error("--sync-every must be >= 1")
+    if a.sync_every > 1 and (a.check or a.overlap):
+        p.error("--sync-every K > 1 trains a different algorithm: it cannot be --check'ed against DDP or --overlap'ped")
     if a.steps < 1 or a.batch < 1 or a.seq < 1:
         p.error("--steps, --batch and --seq must be >= 1")
     return a
