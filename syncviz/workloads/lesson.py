@@ -192,8 +192,11 @@ def buckets(ctx: Ctx) -> None:
 def straggler(ctx: Ctx) -> None:
     title = "A straggler: synchronous training runs at the speed of the slowest rank"
     slow = ctx.nproc - 1
-    # long enough to stand out of the noise of a shared 2-core machine (mini steps: ~250-550 ms)
-    ms = 50 if ctx.fast else 150
+    # Long enough to stand out of the noise: half the step time step 3 measured, at least 50 ms
+    # (fast) or 150 ms. With 150 ms fixed, on a 2-core machine at load 14, one run in three had the
+    # other rank later still (it lost more CPU time than the sleep).
+    base = getattr(ctx, "ddp", None)
+    ms = max(50 if ctx.fast else 150, int(0.5 * base["step_ms"]) if base else 0)
     t0 = ctx.begin(title, f"the same DDP run with rank {slow} sleeping {ms} ms before every forward")
     run, _ = _trace(ctx, "4-straggler", "-m", "syncviz.workloads", *ctx.model, "--steps", "4", *ctx.cap,
                     "--straggler", f"{slow}:{ms}")
