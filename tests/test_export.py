@@ -83,14 +83,15 @@ def check_chrome_trace(trace: dict) -> dict:
         else:
             assert ph == "i", e
     # slices on a track nest: sorted by (start, -end), each one is inside or after the open ones
+    # (in integer ns, as Perfetto reads the µs values: adding float µs can round past a neighbour)
     for key, slices in tracks.items():
         assert key in named_tids and key[0] in named_pids
-        stack: list[float] = []
+        stack: list[int] = []
         for s in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
-            end = s["ts"] + s["dur"]
-            while stack and stack[-1] <= s["ts"]:
+            ts, end = round(s["ts"] * 1000), round(s["ts"] * 1000) + round(s["dur"] * 1000)
+            while stack and stack[-1] <= ts:
                 stack.pop()
-            assert not stack or end <= stack[-1] + 1e-9, f"slice {s['name']} crosses its parent on {key}"
+            assert not stack or end <= stack[-1], f"slice {s['name']} crosses its parent on {key}"
             stack.append(end)
     # flows pair up, go forward in time, and bind to a slice at each end
     for fid, pair in flows.items():
