@@ -149,7 +149,7 @@ def test_step_alone_equals_whole_run_analysis(store):
     for step in (0, 5, 11):
         alone = StepView(step, lambda s=step: run.step_events(s), None)
         sliced = StepView(step, None, block)
-        for key in ("steps", "comm", "exposed", "lateness", "step_spread", "lane_comm", "lane_exposed"):
+        for key in ("steps", "comm", "exposed", "lateness", "step_spread"):
             a = alone.get(key).reset_index(drop=True)
             b = sliced.get(key).reset_index(drop=True)
             sort = [c for c in ("rank", "bucket", "kind", "start_ns") if c in a.columns]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.dashboard.figures.timeline import BUCKET_SCALE, COMPUTE_COLORS, EXPOSED_COLOR, empty_figure
+from syncviz.dashboard.figures.timeline import BUCKET_SCALE, empty_figure
+from syncviz.views import palette as P
 
 GL_POINTS = 2000    # above this many points per line, draw it with WebGL
 MARGIN = {"l": 70, "r": 20, "t": 44, "b": 44}
-SPLIT_COLORS = {"compute only": COMPUTE_COLORS["backward"], "overlapped comm": "#2ca02c",
-                "exposed comm": EXPOSED_COLOR, "other (idle, data, host)": "#c7c7c7"}
+SPLIT_COLORS = P.SPLIT
+EXPOSED_COLOR = P.EXPOSED
 
 
 def _title(text):

@@ -5,17 +5,17 @@ and a client-side play/pause that advances the slider without a server round tri
 """
 from __future__ import annotations
 
-import time
-
 import dash
 from dash import Input, Output, State, dcc, html
+
+from syncviz import analysis as A
 
 from syncviz.dashboard import components as C
 from syncviz.dashboard.figures import timeline as TL
 
 
 LANE_MODES = [{"label": "auto", "value": "auto"}, {"label": "each rank", "value": "ranks"},
-              {"label": "min / median / max over ranks", "value": "spread"}]
+              {"label": "fastest / median / slowest rank", "value": "spread"}]
 PLAY_MS = 700
 LIVE_MS = 1500
 
@@ -99,7 +99,7 @@ def follow_live(_tick, name, value, old_max, follow):
 
 # The step tables each lane mode draws (stepview.ANALYSES keys).
 STEP_TABLES = {"ranks": ("compute", "comm", "exposed", "step_spread"),
-               "spread": ("lane_compute", "lane_comm", "lane_exposed", "step_spread", "lateness")}
+               "spread": ("compute", "comm", "exposed", "steps", "step_spread", "lateness")}
 
 
 def prepare_first_step(run, mode: str | None = "auto") -> None:
@@ -115,31 +115,30 @@ def choose_lanes(mode: str, n_ranks: int) -> str:
 
 def draw_step(name: str, step: int, mode: str = "auto"):
     """Figures and numbers of one step: (timeline, lateness heatmap, show heatmap, info cards)."""
-    t = time.perf_counter()
     run = C.store().get(name)
     step = run.nearest_step(step)
     view = run.step_view(step)
     lanes = choose_lanes(mode or "auto", len(run.ranks))
-    shown = view.lanes() if lanes == "spread" else {"compute": view.compute, "comm": view.comm, "exposed": view.exposed}
-    t0 = TL.step_origin(shown["compute"], shown["comm"])   # the min lane starts where the earliest rank does
-    n_buckets = run.n_buckets
+    t0 = TL.step_origin(view.compute, view.comm)
     title = f"{name} · step {step} · {len(run.ranks)} ranks"
     if lanes == "spread":
-        names, lane_of, title = ["min", "median", "max"], None, title + " · each time is the min / median / max over ranks"
+        picks = A.representative_ranks(view.steps)
+        ranks = [r for _, r in picks]
+        labels = {r: f"rank {r} · {ROLE_LABEL[role]}" for role, r in picks}
+        title += " · fastest, median and slowest rank of this step by step time"
     else:
-        names, lane_of = [f"rank {r}" for r in run.ranks], {r: i for i, r in enumerate(run.ranks)}
-    fig = TL.timeline_figure(shown["compute"], shown["comm"], shown["exposed"], lane_names=names, lane_of=lane_of,
-                             t0=t0, params=run.bucket_params(), x_range=run.step_range_ms(step), n_buckets=n_buckets,
-                             title=title)
-    fig["layout"]["meta"] = {"step": int(step), "lanes": lanes, "source": view.source}
+        ranks, labels = list(run.ranks), {}
+    fig = TL.timeline_figure(view.compute, view.comm, view.exposed, ranks=ranks, labels=labels, t0=t0,
+                             params=run.bucket_params(), x_range=run.step_range_ms(step), title=title)
+    fig["layout"]["meta"].update({"step": int(step), "lanes": lanes, "source": view.source})
     late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and bucket (ms after the first rank)")
             if lanes == "spread" else dash.no_update)
     info = step_cards(view)
-    ms = (time.perf_counter() - t) * 1e3
-    info.append(C.number_card("server time", f"{ms:.0f} ms", f"analysis + figure of this step ({view.source}); "
-                              "JSON encoding not included"))
     run.analyse_in_background()
     return fig, late, lanes == "spread", info
+
+
+ROLE_LABEL = {"fastest": "fastest", "median": "median", "slowest": "slowest (straggler)"}
 
 
 def step_cards(view) -> list:
