@@ -38,6 +38,8 @@ def build_root(root: Path) -> Path:
     cut = write_synth_run(root / "truncated", world=2, steps=6, n_buckets=4)
     f = cut / S.rank_file(1)
     f.write_bytes(f.read_bytes()[: f.stat().st_size * 2 // 3])
+    from test_timeline import zero3_like_run
+    zero3_like_run(root / "zero3")
     for scenario in ("dash_corrupt_json", "dash_bad_stream"):
         shutil.copytree(DATA / scenario, root / scenario)
     return root
@@ -212,37 +214,44 @@ def test_timeline_by_hand(app):
     fig, late, show_late, info = replay.draw_step("ddp", 0, "auto")
     traces = {t["name"]: t for t in fig["data"]}
     assert fig["layout"]["meta"]["step"] == 0 and fig["layout"]["meta"]["lanes"] == "ranks" and not show_late
-    bars = traces["bucket collectives"]
+    rows = fig["layout"]["meta"]["rows"]
+    assert rows == ["rank 0 · compute", "rank 0 · comm", "rank 1 · compute", "rank 1 · comm"]
+    bars = traces["all_reduce waiting (hollow)"]
     assert len(bars["y"]) == 4                                   # 2 ranks x 2 buckets
-    rank0 = [i for i, y in enumerate(bars["y"]) if y < 1]
+    rank0 = [i for i, y in enumerate(bars["y"]) if rows[int(y)] == "rank 0 · comm"]
     assert sorted(np.round(np.asarray(bars["base"])[rank0], 6)) == [16.0, 30.0]
-    exposed = traces["exposed comm (not hidden by compute)"]
-    r0 = [i for i, y in enumerate(exposed["y"]) if y < 1]
+    exposed = traces["exposed comm (no compute)"]
+    r0 = [i for i, y in enumerate(exposed["y"]) if rows[int(y)] == "rank 0 · compute"]
     assert np.allclose(np.asarray(exposed["base"])[r0], [30.0]) and np.allclose(np.asarray(exposed["x"])[r0], [10.0])
-    hover = dict(zip(["bucket", "op", "MB", "params", "ready", "launch", "done", "dur", "delay", "algbw", "busbw",
-                      "exposed", "lane"], bars["customdata"][rank0[0]]))
-    assert hover["bucket"] == 0 and hover["MB"] == 4.0 and hover["params"] == "1 params: fc2.weight"
-    assert hover["dur"] == 10.0 and hover["delay"] == 1.0 and hover["busbw"] == pytest.approx(0.4)
-    assert "busbw" in bars["hovertemplate"] and "ready" in bars["hovertemplate"]
-    assert {"forward", "backward compute", "optimizer", "gradients ready", "launch / done"} <= set(traces)
+    hover = dict(zip(["what", "size", "start", "end", "dur", "wait", "service", "ready", "delay", "busbw",
+                      "exposed", "where"], bars["customdata"][rank0[0]]))
+    assert hover["what"] == "bucket 0 all_reduce" and hover["size"] == "4.00 MB"
+    assert (hover["start"], hover["end"], hover["dur"]) == (16.0, 26.0, 10.0)
+    assert hover["delay"] == "1.000 ms" and hover["busbw"] == "0.40 GB/s" and hover["ready"] == "at 15.000 ms"
+    assert hover["where"] == "rank 0 · comm<br>1 params: fc2.weight"
+    assert {"forward", "backward compute", "optimizer", "all_reduce"} <= set(traces)
     cards = {c.children[1].children: c.children[0].children for c in info}
-    assert cards["exposed comm"] == "10.0 ms" and cards["overlap"] == "50.0 %"
+    assert cards["exposed comm"] == "10.0 ms" and cards["overlap"] == "50.0 %" and "server time" not in cards
 
 
 def test_many_ranks_are_aggregated(app):
     from syncviz.dashboard.pages import replay
     fig, late, show_late, _ = replay.draw_step("synth24", 1, "auto")
     assert fig["layout"]["meta"]["lanes"] == "spread" and show_late
-    assert fig["layout"]["yaxis"]["ticktext"] == ["min", "median", "max"]
+    computes = [t for t in fig["layout"]["yaxis"]["ticktext"] if t.endswith("compute")]
+    roles = [t.split(" · ")[1] for t in computes]
+    assert roles[:3] == ["fastest step", "median step", "slowest step"] or "slowest step, straggler" in roles
+    # the straggler (rank 7, launches every bucket late) is drawn and labelled
+    assert any(t.startswith("rank 7 ·") and "straggler" in t for t in computes)
     heat = late["data"][0]
     assert len(heat["y"]) == 24 and len(heat["x"]) == 8
+    assert late["layout"]["yaxis"]["tickvals"] == list(range(24))
     # the straggler (rank 7) launched every bucket late: its row is the hottest
     z = np.array([[v if v is not None else np.nan for v in row] for row in heat["z"]])
     assert heat["y"][int(np.nanargmax(np.nanmean(z, axis=1)))] == 7
-    # each rank drawn on its own lane with WebGL when asked for
+    # each rank drawn on its own rows when asked for
     fig, _, show_late, _ = replay.draw_step("synth24", 1, "ranks")
-    assert not show_late and {t["type"] for t in fig["data"]} == {"scattergl"}
-    assert len(fig["layout"]["yaxis"]["tickvals"]) == 24
+    assert not show_late and sum(t.endswith("compute") for t in fig["layout"]["meta"]["rows"]) == 24
 
 
 def test_draw_reports_errors_as_cards(app):

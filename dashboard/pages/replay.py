@@ -122,10 +122,10 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     t0 = TL.step_origin(view.compute, view.comm)
     title = f"{name} · step {step} · {len(run.ranks)} ranks"
     if lanes == "spread":
-        picks = A.representative_ranks(view.steps)
-        ranks = [r for _, r in picks]
-        labels = {r: f"rank {r} · {ROLE_LABEL[role]}" for role, r in picks}
-        title += " · fastest, median and slowest rank of this step by step time"
+        picks = A.representative_ranks(view.steps, view.lateness)
+        ranks = [r for r, _ in picks]
+        labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
+        title += " · real ranks: fastest, median and slowest step, and the straggler (launches last)"
     else:
         ranks, labels = list(run.ranks), {}
     fig = TL.timeline_figure(view.compute, view.comm, view.exposed, ranks=ranks, labels=labels, t0=t0,
@@ -136,9 +136,6 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     info = step_cards(view)
     run.analyse_in_background()
     return fig, late, lanes == "spread", info
-
-
-ROLE_LABEL = {"fastest": "fastest", "median": "median", "slowest": "slowest (straggler)"}
 
 
 def step_cards(view) -> list:

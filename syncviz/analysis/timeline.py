@@ -10,26 +10,36 @@ import pandas as pd
 from syncviz.analysis.lanes import lanes
 from syncviz.analysis.metrics import comm_service
 
-ROLES = ("fastest", "median", "slowest")
+ROLES = ("fastest step", "median step", "slowest step", "straggler")
 
 
-def representative_ranks(steps: pd.DataFrame) -> list[tuple[str, int]]:
-    """The fastest, median and slowest rank by step time (step_metrics rows; several steps are
-    summed per rank), as [(role, rank)]. Real ranks, not a min/median/max composite: every bar
+def latest_launcher(lateness: pd.DataFrame) -> int | None:
+    """The rank that launched its collectives latest on average (launch_lateness rows): the one
+    the others waited for. None without bucket collectives."""
+    if not len(lateness):
+        return None
+    mean = lateness.groupby("rank")["late_ns"].mean().sort_index()
+    return int(mean.idxmax()) if mean.max() > 0 else None
+
+
+def representative_ranks(steps: pd.DataFrame, lateness: pd.DataFrame | None = None) -> list[tuple[int, list[str]]]:
+    """Real ranks that stand for a step: the fastest, median and slowest by step time
+    (step_metrics rows; several steps are summed per rank) and, with ``lateness``, the straggler
+    (latest_launcher), as [(rank, roles)] in that order. Not a min/median/max composite: every bar
     drawn for them happened on that rank. The median is the lower median; ties go to the lower
-    rank. Fewer than three ranks give fewer rows (a rank is listed once, under its first role)."""
+    rank; a rank holding several roles is listed once."""
     if not len(steps):
         return []
     per = steps.groupby("rank")["step_ns"].sum().sort_index(kind="stable")
     order = per.sort_values(kind="stable").index.to_list()
-    picks = {"fastest": order[0], "median": order[(len(order) - 1) // 2], "slowest": order[-1]}
-    out, seen = [], set()
-    for role in ROLES:
-        r = int(picks[role])
-        if r not in seen:
-            seen.add(r)
-            out.append((role, r))
-    return out
+    picks = [(ROLES[0], order[0]), (ROLES[1], order[(len(order) - 1) // 2]), (ROLES[2], order[-1])]
+    late = latest_launcher(lateness) if lateness is not None else None
+    if late is not None:
+        picks.append((ROLES[3], late))
+    out: dict[int, list[str]] = {}
+    for role, r in picks:
+        out.setdefault(int(r), []).append(role)
+    return list(out.items())
 
 
 def collective_parts(comm: pd.DataFrame) -> pd.DataFrame:
