@@ -39,18 +39,21 @@ def bucket_map_figure(bmap: pd.DataFrame) -> dict:
     for i, v in enumerate(versions):
         f = bmap[bmap["layout"] == v]
         moved = f["moved"].to_numpy()
-        color = np.where(moved, "#ff7f0e", np.where(f["param_index"].to_numpy() % 2 == 0, "#4c78a8", "#9ecae9"))
+        color = np.where(moved, P.ORANGE, np.where(f["param_index"].to_numpy() % 2 == 0, P.BLUE, P.SKY))
         data.append({"type": "bar", "name": names.get(int(v), f"layout {v}"), "xaxis": f"x{i + 1}" if i else "x",
                      "yaxis": "y", "x": f["bucket"].to_numpy(), "base": f["start_byte"].to_numpy() / 1e6,
                      "y": f["bytes"].to_numpy() / 1e6, "width": 0.8, "showlegend": False,
                      "marker": {"color": color.tolist(), "line": {"width": 0.5, "color": "white"}},
+                     # sizes from customdata: a bar with a base hovers %{y} as its top (base + size),
+                     # which showed a 0.59 MB parameter at 4.53 MB as "5.12 MB"
                      "customdata": np.c_[f["param"].to_numpy(), f["numel"].to_numpy(), f["dtype"].to_numpy(),
-                                         f["param_index"].to_numpy(), moved].tolist(),
+                                         f["param_index"].to_numpy(), moved, f["bytes"].to_numpy() / P.MB,
+                                         f["start_byte"].to_numpy() / P.MB].tolist(),
                      "hovertemplate": "bucket %{x}: <b>%{customdata[0]}</b><br>%{customdata[1]:,} × %{customdata[2]}"
-                                      " = %{y:.2f} MB at %{base:.2f} MB<br>param index %{customdata[3]}"
-                                      " · moved by rebuild: %{customdata[4]}<extra></extra>"})
+                                      " = %{customdata[5]:.2f} MB, at %{customdata[6]:.2f} MB of the bucket<br>"
+                                      "param index %{customdata[3]} · moved by rebuild: %{customdata[4]}<extra></extra>"})
     n = len(versions)
-    layout = {"title": _title("Bucket map: parameters per bucket (MB), orange = moved by DDP's rebuild"),
+    layout = {"title": _title("Bucket map: parameters per bucket (MB = 10⁶ bytes), orange = moved by DDP's rebuild"),
               "barmode": "overlay", "height": 420, "margin": MARGIN, "yaxis": {"title": {"text": "MB"}},
               "annotations": []}
     gap = 0.06
