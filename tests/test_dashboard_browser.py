@@ -174,6 +174,13 @@ def test_many_ranks_aggregated(server, browser):
     browser.save_screenshot(str(SHOTS / "replay-24-ranks.png"))
 
 
+def test_unknown_run_in_the_address_is_an_error(server, browser):
+    base, _ = server
+    browser.get(f"{base}/replay?run=does-not-exist")
+    wait_for(lambda: "does-not-exist" in text(browser, "#url-error .error-card"), "error card for the unknown run")
+    assert not (graph(browser, "replay-timeline") or {}).get("meta"), "another run was drawn"
+
+
 def test_broken_runs_show_error_cards_rest_works(server, browser):
     base, _ = server
     browser.get(f"{base}/")
@@ -210,9 +217,11 @@ def test_live_run_shows_new_steps(server, browser):
         browser.get(f"{base}/replay?run=live")
         wait_for(lambda: shown_step(browser) == 1, "live run drawn", driver=browser)
         assert "recording" in text(browser, "#replay-status")
+        # following: the slider moves to the newest step once a live tick sees the flushed files,
+        # from wherever it was (before, it followed only from the last step and stayed on step 1)
+        browser.find_element("css selector", "#replay-step [role=slider]").send_keys("\ue011")   # Home: step 0
+        wait_for(lambda: shown_step(browser) == 0, "moved back to step 0", driver=browser)
         append_live_step(writers, 2)
-        # following: the slider moves to the newest step once a live tick sees the flushed files
-        browser.find_element("css selector", "#replay-step [role=slider]").send_keys("\ue010")   # End: follow from the end
         wait_for(lambda: shown_step(browser) == 2, "the flushed step 2 shown", driver=browser)
         append_live_step(writers, 3)
         wait_for(lambda: shown_step(browser) == 3, "the flushed step 3 shown", driver=browser)

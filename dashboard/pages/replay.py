@@ -60,9 +60,9 @@ FIGURE_OUTPUTS = [("replay-timeline", "figure"), ("replay-lateness", "figure"), 
                Output("replay-step", "value"), Output("replay-run", "data"), Output("replay-status", "children"),
                Output("replay-live", "disabled"),
                *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS],
-               Input("run-picker", "value"), State("replay-lanes", "value"),
+               Input("run-picker", "value"), State("replay-lanes", "value"), State("replay-follow", "value"),
                prevent_initial_call="initial_duplicate")
-def pick_run(name, mode="auto"):
+def pick_run(name, mode="auto", follow=()):
     """A run was picked: its steps on the slider and its first step after warm-up drawn, in one
     response (a second round trip for the figure costs ~0.5-1 s of browser time on a first open)."""
     try:
@@ -73,8 +73,9 @@ def pick_run(name, mode="auto"):
     if run is None:
         return (0, 0, None, 0, name, "", True, *render(name, 0, mode))
     first, last = run.first_step, run.last_step
-    return (first, last, slider_marks(first, last), run.start_step, name,
-            C.status_badge(run.recording, run.problems), not run.recording, *render(name, run.start_step, mode))
+    start = last if run.recording and follow and "follow" in follow else run.start_step
+    return (first, last, slider_marks(first, last), start, name,
+            C.status_badge(run.recording, run.problems), not run.recording, *render(name, start, mode))
 
 
 @dash.callback(Output("replay-step", "max", allow_duplicate=True), Output("replay-step", "marks", allow_duplicate=True),
@@ -92,8 +93,8 @@ def follow_live(_tick, name, value, old_max, follow):
     last = run.last_step
     if last == old_max or old_max is None:
         return dash.no_update, dash.no_update, dash.no_update, C.status_badge(run.recording, run.problems), not run.recording
-    at_end = value is None or old_max is None or value >= old_max
-    return (last, slider_marks(run.first_step, last), last if follow and at_end else dash.no_update,
+    # "follow new steps" ticked: show the newest step, wherever the slider was (untick to stay put)
+    return (last, slider_marks(run.first_step, last), last if follow and "follow" in follow else dash.no_update,
             C.status_badge(run.recording, run.problems), not run.recording)
 
 
