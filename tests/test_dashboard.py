@@ -65,7 +65,7 @@ def store(app):
 # ------------------------------------------------------------------------------------ store
 
 def test_discovers_runs_by_relative_name(store):
-    assert set(store.names()) == {"ddp", "synth8", "synth24", "nested/inner", "truncated",
+    assert set(store.names()) == {"ddp", "synth8", "synth24", "nested/inner", "truncated", "zero3",
                                   "dash_corrupt_json", "dash_bad_stream"}
     assert "dash_corrupt_json" not in store.readable_names()
 
