@@ -64,6 +64,20 @@ def comm_bars(comm: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([comm[is_bucket], coll[~inner]], ignore_index=True)
 
 
+def bucket_param_labels(bmap: pd.DataFrame) -> dict:
+    """(layout, bucket) -> "N params: a, b, c, … (+k)" for hover text, from analysis.bucket_map;
+    layout -1 (not recorded on the event) means the latest layout."""
+    out = {}
+    for (lay, b), f in bmap.groupby(["layout", "bucket"]) if len(bmap) else []:
+        names = f["param"].tolist()
+        more = f", … (+{len(names) - 3})" if len(names) > 3 else ""
+        out[(int(lay), int(b))] = f"{len(names)} params: " + ", ".join(names[:3]) + more
+    if len(bmap):
+        last = int(bmap["layout"].max())
+        out.update({(-1, b): t for (lay, b), t in list(out.items()) if lay == last})
+    return out
+
+
 def _ms_text(x) -> list:
     return [None if not np.isfinite(v) else f"{v:.3f} ms" for v in np.asarray(x, dtype=float)]
 
