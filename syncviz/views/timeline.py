@@ -185,12 +185,13 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     if len(bars):
         data += _comm_traces(bars, rows, t0, params, gl, width_px)
 
-    tickvals = list(range(n_rows)) if not gl else rows.rank_ticks
-    ticktext = rows.names if not gl else [rows.names[i].replace(" · compute", "") for i in rows.rank_ticks]
-    if gl and len(tickvals) > 40:
+    height = int(min(max_height, 130 + n_rows * px_row))
+    dense = gl or (height - 130) / max(1, n_rows) < 11      # row labels would print over each other
+    tickvals = list(range(n_rows)) if not dense else rows.rank_ticks
+    ticktext = rows.names if not dense else [rows.names[i].replace(" · compute", "") for i in rows.rank_ticks]
+    if dense and len(tickvals) > 40:
         every = int(np.ceil(len(tickvals) / 32))
         tickvals, ticktext = tickvals[::every], ticktext[::every]
-    height = int(min(max_height, 130 + n_rows * px_row))
     layout = {
         "title": {"text": title, "x": 0.01, "y": 0.99, "yanchor": "top", "font": {"size": 14}},
         "barmode": "overlay", "height": height, "margin": {"l": 150, "r": 20, "t": 80, "b": 40},

@@ -85,7 +85,8 @@ def skew_figure(late: pd.DataFrame) -> go.Figure:
     """Rank × step heat map of how late each rank launched its buckets (analysis.rank_step_skew)."""
     fig = go.Figure(go.Heatmap(z=late.to_numpy() / 1e6, x=[str(c) for c in late.columns],
                                y=[f"rank {r}" for r in late.index], colorscale=P.HEAT_SCALE,
-                               colorbar=dict(title=dict(text="ms late", side="right"), len=0.9, thickness=12), hovertemplate="%{y}, step %{x}: %{z:.3f} ms late<extra></extra>"))
+                               colorbar=dict(title=dict(text="ms late", side="right"), len=0.9, thickness=12),
+                               hovertemplate="%{y}, step %{x}: %{z:.3f} ms late<extra></extra>"))
     fig.update_layout(title="Launch lateness per rank and step (stragglers are hot rows)",
                       height=min(700, max(260, 14 * len(late) + 140)), margin=dict(l=10, r=10, t=50, b=40),
                       xaxis_title="step")
