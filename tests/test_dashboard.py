@@ -299,8 +299,9 @@ def test_other_pages_figures(app):
     assert len(steps_fig["data"]) == 9 and not live
     z = np.array([[v if v is not None else np.nan for v in row] for row in skew_fig["data"][0]["z"]])
     assert skew_fig["data"][0]["y"][int(np.nanargmax(np.nanmean(z, axis=1)))] == 3    # the straggler
-    table, split, op_bytes, memory, errors = strategies.compare(["ddp", "synth8", "dash_bad_stream"])
-    assert len(errors) == 1 and [t["name"] for t in split["data"]][:3] == ["compute only", "overlapped comm", "exposed comm"]
+    table, split, op_bytes, memory, errors, notes = strategies.compare(["ddp", "synth8", "dash_bad_stream"])
+    assert len(errors) == 2 and [t["name"] for t in split["data"]][:3] == ["compute only", "overlapped comm", "exposed comm"]
+    assert "different models" in str(errors[1].children[0])          # ddp (hand-built) vs synth8 (synthetic)
     assert op_bytes["data"][0]["name"] == "all_reduce" and len(op_bytes["data"][0]["y"]) == 2
 
 
@@ -308,9 +309,10 @@ def test_memory_from_run_json():
     from syncviz.dashboard.figures.charts import memory_figure, memory_of
     assert memory_of({}) is None
     per_rank = {"memory": [{"params_bytes": 2 ** 20, "grads_bytes": 2 ** 21}, {"params_bytes": 1}]}
-    assert memory_of(per_rank) == {"params_bytes": 2.0 ** 20, "grads_bytes": 2.0 ** 21}
+    assert memory_of(per_rank) == {"params_bytes": 2.0 ** 20, "grads_bytes": 2.0 ** 21}    # the largest rank
     fig = memory_figure({"a": memory_of(per_rank), "b": None})
-    assert fig["data"][0]["x"] == ["a"] and fig["data"][0]["y"] == [1.0]
+    assert fig["data"][0]["x"] == ["a"] and fig["data"][0]["y"] == [2 ** 20 / 1e6]           # MB = 1e6 bytes
+    assert "parameters held after forward" in [t["name"] for t in fig["data"]]
 
 
 # ------------------------------------------------------------- the real callback endpoint

@@ -127,26 +127,34 @@ def time_split_figure(by_run: dict[str, dict]) -> dict:
 
 
 MEMORY_KEYS = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
-               ("optimizer_bytes", "optimizer state"), ("peak_allocated_bytes", "peak allocated")]
+               ("optimizer_bytes", "optimizer state"), ("params_after_forward_bytes", "parameters held after forward"),
+               ("peak_allocated_bytes", "peak allocated")]
+MEMORY_COLORS = {**P.MEMORY, "peak allocated": P.GREY}
 
 
 def memory_figure(by_run: dict[str, dict | None]) -> dict:
-    """Per-rank memory as run.json's optional "memory" records it (rank 0 where it is per rank)."""
+    """Per-rank memory as run.json's optional "memory" records it (the largest rank), in MB.
+    "parameters held after forward" is what FSDP keeps gathered from forward to backward: it is
+    what tells ZeRO-2 (kept) from ZeRO-3 (resharded after forward)."""
     have = {r: m for r, m in by_run.items() if m}
     if not have:
         return empty_figure("memory was not recorded for these runs (run.json has no \"memory\")")
     runs = list(have)
-    data = [{"type": "bar", "name": label, "x": runs, "y": _none([(have[r].get(key) or np.nan) / 2**20 for r in runs]),
-             "hovertemplate": "%{x}<br>" + label + ": %{y:.1f} MiB<extra></extra>"} for key, label in MEMORY_KEYS]
-    return {"data": data, "layout": {"title": _title("Memory per rank (MiB, from run.json)"), "barmode": "group",
-                                     "height": 360, "margin": MARGIN, "yaxis": {"title": {"text": "MiB"}}}}
+    data = [{"type": "bar", "name": label, "x": runs, "y": _none([(have[r].get(key) or np.nan) / P.MB for r in runs]),
+             "marker": {"color": MEMORY_COLORS[label]},
+             "hovertemplate": "%{x}<br>" + label + ": %{y:.2f} MB<extra></extra>"} for key, label in MEMORY_KEYS]
+    return {"data": data, "layout": {"title": _title("Memory per rank (MB = 10⁶ bytes, largest rank)"), "barmode": "group",
+                                     "height": 360, "margin": MARGIN, "yaxis": {"title": {"text": "MB"}, "rangemode": "tozero"}}}
 
 
 def memory_of(meta: dict) -> dict | None:
-    """run.json "memory": a dict of byte counts, or per rank (list, or dict keyed by rank): rank 0's."""
+    """run.json "memory": a dict of byte counts, or per rank (list: the largest value of each
+    key over ranks; dict keyed by rank: rank 0's)."""
     mem = meta.get("memory")
     if isinstance(mem, list) and mem:
-        mem = mem[0]
+        ranks = [m for m in mem if isinstance(m, dict)]
+        mem = {k: max(m[k] for m in ranks if isinstance(m.get(k), (int, float)))
+               for k, _ in MEMORY_KEYS if any(isinstance(m.get(k), (int, float)) for m in ranks)}
     if isinstance(mem, dict) and mem and all(isinstance(v, dict) for v in mem.values()):
         mem = mem.get("0") or mem.get(0) or next(iter(mem.values()))
     if not isinstance(mem, dict):
