@@ -193,9 +193,9 @@ def over_steps_figure(spread: dict[str, pd.DataFrame], live: bool = False) -> di
     layout = {"title": _title("Per step: median over ranks, band = min–max over ranks" + (" · live" if live else "")),
               "height": 560, "margin": MARGIN, "showlegend": False, "hovermode": "x",
               "xaxis": {"title": {"text": "step"}, "anchor": "y3", "zeroline": False},
-              "yaxis": {"domain": [0.70, 1.0], "title": {"text": "compute / comm"}},
+              "yaxis": {"domain": [0.70, 1.0], "title": {"text": "compute / comm"}, "rangemode": "tozero"},
               "yaxis2": {"domain": [0.36, 0.64], "title": {"text": "overlap %"}, "range": [0, 105]},
-              "yaxis3": {"domain": [0.0, 0.30], "title": {"text": "exposed ms"}}}
+              "yaxis3": {"domain": [0.0, 0.30], "title": {"text": "exposed ms"}, "rangemode": "tozero"}}
     return {"data": data, "layout": layout}
 
 
@@ -208,11 +208,18 @@ def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
     if len(cols) > max_cols:
         table = table.iloc[:, ::int(np.ceil(len(cols) / max_cols))]
     z = table.to_numpy(dtype=float) / 1e6
+    ranks, steps = table.index.tolist(), table.columns.tolist()
+    yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
+    if len(ranks) <= 32:   # integer ticks on the rows (not -0.5 / 0.5 / 1.5 with 2 ranks)
+        yaxis.update(tickmode="array", tickvals=ranks, ticktext=[str(r) for r in ranks])
+    xaxis = {"title": {"text": "step"}}
+    if len(steps) <= 40:
+        xaxis.update(tickmode="array", tickvals=steps, ticktext=[str(c) for c in steps])
     return {"data": [{"type": "heatmap", "z": np.where(np.isnan(z), None, z).tolist(),
-                      "x": table.columns.tolist(), "y": table.index.tolist(), "colorscale": "Reds", "zmin": 0,
-                      "colorbar": {"title": {"text": "ms late"}, "thickness": 12},
+                      "x": steps, "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
+                      "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
                       "hovertemplate": "rank %{y} · step %{x}<br>launched %{z:.2f} ms after the first rank "
                                        "(mean over buckets)<extra></extra>"}],
-            "layout": {"title": _title("Launch skew, rank × step (analysis.rank_step_skew): stragglers are hot rows"),
-                       "height": int(min(800, 160 + 10 * len(table))), "margin": MARGIN,
-                       "xaxis": {"title": {"text": "step"}}, "yaxis": {"title": {"text": "rank"}, "autorange": "reversed"}}}
+            "layout": {"title": _title("Launch skew, rank × step: stragglers are hot rows"),
+                       "height": int(min(800, max(300, 160 + 10 * len(table)))), "margin": MARGIN,
+                       "xaxis": xaxis, "yaxis": yaxis}}
