@@ -105,10 +105,11 @@ def op_bytes_figure(by_run: dict[str, pd.DataFrame]) -> dict:
         y = [float(t.loc[t["op"] == op, "bytes_per_step"].sum()) / 1e6 for t in by_run.values()]
         c = [float(t.loc[t["op"] == op, "count_per_step"].sum()) for t in by_run.values()]
         data.append({"type": "bar", "name": op or "(unnamed)", "x": runs, "y": y, "customdata": c,
+                     "marker": {"color": P.op_color(op)},
                      "hovertemplate": "%{x}<br>" + (op or "?") + ": %{y:.2f} MB per step (%{customdata:.1f} calls)<extra></extra>"})
     return {"data": data, "layout": {"title": _title("Bytes per step and rank by collective (MB)"),
                                      "barmode": "stack", "height": 360, "margin": MARGIN,
-                                     "yaxis": {"title": {"text": "MB per step"}}}}
+                                     "yaxis": {"title": {"text": "MB per step"}, "rangemode": "tozero"}}}
 
 
 def time_split_figure(by_run: dict[str, dict]) -> dict:

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 import dash
 from dash import Input, Output, State, dcc, html
 
-from syncviz.analysis.distributed import collective_kinds
+from syncviz import analysis as A
 from syncviz.dashboard.figures import charts as CH
 from syncviz.views import compare as CMP
 from syncviz.dashboard import components as C
@@ -90,7 +90,9 @@ def compare(names: list[str]):
             run = C.store().get(n)
             summaries[n], splits[n], op_bytes[n] = dict(run.summary()), run.time_split(), run.op_bytes()
             comparisons[n] = CMP.run_comparison(run.run())
-            summaries[n]["bus_bytes_per_step"] = float(collective_kinds(run.run().events)["bus_bytes"].sum())
+            # bus traffic: each op's bytes per step and rank × nccl-tests' bus factor on this world size
+            summaries[n]["bus_bytes_per_step"] = sum(o["measured_bytes"] * A.busbw_factor(o["op"], run.meta.get("world_size") or 1)
+                                                     for o in comparisons[n]["ops"])
             memory[n] = CH.memory_of(run.meta)
         except Exception as e:
             errors.append(C.error_card(C.problem_text(e), title=f"{n}: left out"))
