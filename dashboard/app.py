@@ -55,7 +55,7 @@ def shell():
             html.Div([html.Span("run", className="picker-label"),
                       dcc.Dropdown(id="run-picker", options=[{"label": n, "value": n} for n in names],
                                    value=next(iter(C.store().readable_names()), None), clearable=False,
-                                   placeholder="no runs found", className="run-picker")],
+                                   placeholder="pick a run" if names else "no runs found", className="run-picker")],
                      className="picker"),
         ], className="header"),
         html.Div(f"Serving {len(names)} run(s) under {C.store().root}", className="root-note"),
