@@ -109,3 +109,16 @@ def test_exposed_is_marked_on_the_compute_row(tmp_path):
     assert [rows[int(y)] for y in ex["y"]] == ["rank 0 · compute", "rank 1 · slowest · compute"]
     assert np.allclose(ex["base"], [30.0, 30.0]) and np.allclose(ex["x"], [10.0, 10.0])   # bucket 1 after backward
     assert all("−" not in t and not t.lstrip("-").replace(".", "").isdigit() for t in fig["layout"]["yaxis"]["ticktext"])
+
+
+def test_bucket_map_hover_gives_each_parameters_own_size(tmp_path):
+    """A stacked bar with a base hovers %{y} as its top (base + size): the hover must read the
+    parameter's own size from customdata (a 0.59 MB parameter showed as 5.12 MB)."""
+    from syncviz.dashboard.figures.charts import bucket_map_figure
+    run = load_run(make_ddp_run(tmp_path / "b"))
+    fig = bucket_map_figure(A.bucket_map(run.layouts))
+    t = fig["data"][0]
+    assert "%{y" not in t["hovertemplate"] and "%{customdata[5]:.2f} MB" in t["hovertemplate"]
+    sizes = [round(c[5], 6) for c in t["customdata"]]
+    assert sorted(sizes) == [2.0, 4.0]          # fc1.weight 500k floats, fc2.weight 1M floats, in MB
+    assert np.allclose(sorted(t["y"]), [2.0, 4.0])
