@@ -108,7 +108,7 @@ def check_chrome_trace(trace: dict) -> dict:
 def slice_times(trace) -> Counter:
     """(pid, cat, start_ns, dur_ns) of every X slice, read back from the µs floats."""
     return Counter((e["pid"], e["cat"], round(e["ts"] * 1000), round(e["dur"] * 1000))
-                   for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] != "bucket_ready")
+                   for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("bucket_ready", "exposed"))
 
 
 def event_times(run) -> Counter:
@@ -145,9 +145,12 @@ def test_perfetto_valid_and_times_equal(tmp_path):
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert names == {"rank 0", "rank 1"}
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert {"steps", "compute", "grad ready", "bucket 0", "bucket 1"} <= threads
+    assert {"steps", "compute", "grad ready", "bucket 0", "bucket 1", "exposed comm"} <= threads
+    exposed = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "exposed"]
+    assert sorted((e["pid"], e["args"]["step"], e["ts"], e["dur"]) for e in exposed if e["args"]["step"] == 1) == \
+        [(1, 1, 130000.0, 10000.0), (2, 1, 133000.001, 10000.0)]   # bucket 1 after backward, both ranks
     assert sum(1 for e in trace["traceEvents"] if e["ph"] == "s") == 2 * 3 * 2   # ranks × steps × buckets
-    assert len(tracks) == 2 * 5
+    assert len(tracks) == 2 * 6
     bucket = next(e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "bucket")
     assert bucket["name"] == "bucket 0 all_reduce 4.0 MB" and bucket["args"]["busbw_GBps"] == pytest.approx(0.4)
 

@@ -34,7 +34,7 @@ FLOW_CAT = "syncviz.ready_to_launch"
 # tid = code * _CODE + key * _KEY + lane + 1: the track kind (0 steps, 1 compute, 2 grad ready,
 # 3 bucket k, 4 collectives of one op) and its key; ordering by tid orders the tracks.
 _CODE, _KEY = 10 ** 8, 10 ** 4
-STEPS, COMPUTE, READY, BUCKETS, OPS = range(5)
+STEPS, COMPUTE, READY, BUCKETS, OPS, EXPOSED = range(6)
 
 
 def assign_lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -269,6 +269,12 @@ def _trace_chunks(run: Run) -> list:
     parts = _compute_parts(ev, kind, tracks)
     comm = A.comm_metrics(run, kinds=S.COMM_KINDS)
     parts += _comm_parts(comm, tracks) if len(comm) else []
+    exposed = A.exposed_intervals(run) if len(comm) else comm
+    if len(exposed):   # where no compute hides communication: the same marking as the dashboard's
+        pid = exposed["rank"].to_numpy() + 1
+        tid = tracks.place(pid, EXPOSED, 0, exposed["start_ns"], exposed["end_ns"], "exposed comm")
+        parts.append(_x(pid, tid, '"exposed comm"', '"exposed"', exposed["start_ns"], exposed["end_ns"],
+                        _cat('"step":', _s(exposed["step"].to_numpy()))))
     inflight = A.bytes_in_flight(run)
     if len(inflight):
         parts.append(_cat('{"ph":"C","name":"bytes in flight","pid":', _s(inflight["rank"].to_numpy() + 1),
