@@ -3,6 +3,7 @@ Replay page, then move the step slider.
 
     python benchmarks/dashboard.py                      # 64 ranks x 500 steps x 32 buckets
     python benchmarks/dashboard.py --ranks 256 --steps 125
+    python benchmarks/dashboard.py --pages            # also: first open of every page, fresh server each
 
 Prints, for the cold open (fresh server, nothing cached) and a warm re-open, the time from
 navigation start to the drawn timeline, and for each slider move the server time of the redraw
@@ -143,6 +144,51 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
+PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "distributed")
+# True once the page's content is there: every graph drawn (not "loading…") or an error card; the
+# Runs page when its table has numbers.
+PAGE_READY_JS = """
+var main = document.querySelector('main'); if (!main) return false;
+if (arguments[0] === 'runs') { var t = main.querySelector('.runs-table'); return !!t && / ms/.test(t.innerText); }
+if (main.querySelector('.error-card')) return true;
+var plots = main.querySelectorAll('.js-plotly-plot');
+if (!plots.length) return false;
+for (var i = 0; i < plots.length; i++) {
+  var p = plots[i];
+  if (!p._fullLayout || !p.data) return false;
+  var notes = JSON.stringify((p.layout || {}).annotations || []);
+  if (!p.data.length && (/loading/.test(notes) || notes === '[]')) return false;
+}
+return true;
+"""
+
+
+def first_open_pages(root: Path, pages=PAGES, timeout: float = 300.0) -> list[tuple[str, float, float]]:
+    """(page, seconds from navigation start until its content is drawn, server CPU seconds) of the
+    first open of each page, each on a fresh server (nothing loaded or cached)."""
+    out = []
+    for page in pages:
+        port = free_port()
+        server = start_server(root, port)
+        driver = browser()
+        try:
+            driver.get(f"http://127.0.0.1:{port}/_dash-layout")
+            cpu0 = cpu_seconds(server.pid)
+            driver.get(f"http://127.0.0.1:{port}/{'' if page == 'runs' else page}?run=big")
+            t0 = time.time()
+            while not driver.execute_script(PAGE_READY_JS, page):
+                if time.time() - t0 > timeout:
+                    raise TimeoutError(f"{page}: not drawn within {timeout:.0f} s")
+                time.sleep(0.02)
+            nav_ms = driver.execute_script("return performance.now();")
+            out.append((page, nav_ms / 1e3, cpu_seconds(server.pid) - cpu0))
+        finally:
+            driver.quit()
+            server.terminate()
+            server.wait(10)
+    return out
+
+
 def move_slider(driver, key) -> float:
     from selenium.webdriver.common.by import By
     thumb = driver.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
@@ -159,6 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--moves", type=int, default=10, help="slider moves to time")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "syncviz-bench-dash")
+    ap.add_argument("--pages", action="store_true", help="also time the first open of every page (fresh server each)")
+    ap.add_argument("--pages-only", action="store_true", help="only time the first open of every page")
     args = ap.parse_args(argv)
     from selenium.webdriver.common.keys import Keys
 
@@ -166,6 +214,16 @@ def main(argv=None) -> int:
     run = make_run(args.dir, args.ranks, args.steps, args.buckets)
     n_events = args.ranks * args.steps * args.buckets
     size_mb = sum(p.stat().st_size for p in run.iterdir()) / 1e6
+    if args.pages or args.pages_only:
+        load = os.getloadavg()[0]
+        rows = first_open_pages(args.dir)
+        print(f"first open of every page, fresh server each ({n_events:,} bucket events, load average {load:.1f} "
+              f"on {os.cpu_count()} cores; target <= {OPEN_TARGET_S:.0f} s):")
+        for page, secs, cpu in rows:
+            print(f"  {page:12s} drawn {secs:6.2f} s after navigation start, server CPU {cpu:6.2f} s"
+                  f"{'' if secs <= OPEN_TARGET_S else '  (over target)'}")
+        if args.pages_only:
+            return 0 if all(s <= OPEN_TARGET_S for _, s, _ in rows) or not args.strict else 1
     port = free_port()
     server = start_server(args.dir, port)
     driver = browser()

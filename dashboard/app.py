@@ -23,7 +23,7 @@ from syncviz.dashboard import components as C
 from syncviz.dashboard.data.stepview import FOREGROUND
 from syncviz.dashboard.data.store import RunStore
 
-PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "lesson")
+PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "distributed", "lesson")
 
 
 def create_app(root: str | Path) -> dash.Dash:
@@ -55,24 +55,30 @@ def shell():
             html.Div([html.Span("run", className="picker-label"),
                       dcc.Dropdown(id="run-picker", options=[{"label": n, "value": n} for n in names],
                                    value=next(iter(C.store().readable_names()), None), clearable=False,
-                                   placeholder="no runs found", className="run-picker")],
+                                   placeholder="pick a run" if names else "no runs found", className="run-picker")],
                      className="picker"),
         ], className="header"),
         html.Div(f"Serving {len(names)} run(s) under {C.store().root}", className="root-note"),
+        html.Div(id="url-error"),
         html.Main(dash.page_container, className="main"),
     ])
 
 
-@dash.callback(Output("run-picker", "value"), Input("url", "search"), State("run-picker", "value"))
+@dash.callback(Output("run-picker", "value"), Output("url-error", "children"), Input("url", "search"),
+               State("run-picker", "value"))
 def pick_from_url(search, current):
-    """``?run=NAME`` in the address selects the run (only names found under the root exist)."""
+    """``?run=NAME`` in the address selects the run (only names found under the root exist); an
+    unknown name gives an error card and no run, never silently another run."""
     wanted = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
-    if wanted and wanted != current and C.store().has(wanted):
-        return wanted
-    return dash.no_update   # (re-sending the same run would make every page redraw)
+    if wanted and not C.store().has(wanted):
+        return None, C.error_card(f"no run named {wanted[:80]!r} under {C.store().root}; pick one above",
+                                  title="Unknown run")
+    if wanted and wanted != current:
+        return wanted, None
+    return dash.no_update, None   # (re-sending the same run would make every page redraw)
 
 
-RUN_PAGES = ("replay", "buckets", "ratios")   # pages about one run (Strategies compares several)
+RUN_PAGES = ("replay", "buckets", "ratios", "distributed")   # pages about one run (Strategies compares several)
 
 
 @dash.callback([Output(f"nav-{p}", "href") for p in RUN_PAGES], Input("run-picker", "value"))

@@ -38,6 +38,8 @@ def build_root(root: Path) -> Path:
     cut = write_synth_run(root / "truncated", world=2, steps=6, n_buckets=4)
     f = cut / S.rank_file(1)
     f.write_bytes(f.read_bytes()[: f.stat().st_size * 2 // 3])
+    from test_timeline import zero3_like_run
+    zero3_like_run(root / "zero3")
     for scenario in ("dash_corrupt_json", "dash_bad_stream"):
         shutil.copytree(DATA / scenario, root / scenario)
     return root
@@ -63,7 +65,7 @@ def store(app):
 # ------------------------------------------------------------------------------------ store
 
 def test_discovers_runs_by_relative_name(store):
-    assert set(store.names()) == {"ddp", "synth8", "synth24", "nested/inner", "truncated",
+    assert set(store.names()) == {"ddp", "synth8", "synth24", "nested/inner", "truncated", "zero3",
                                   "dash_corrupt_json", "dash_bad_stream"}
     assert "dash_corrupt_json" not in store.readable_names()
 
@@ -149,7 +151,7 @@ def test_step_alone_equals_whole_run_analysis(store):
     for step in (0, 5, 11):
         alone = StepView(step, lambda s=step: run.step_events(s), None)
         sliced = StepView(step, None, block)
-        for key in ("steps", "comm", "exposed", "lateness", "step_spread", "lane_comm", "lane_exposed"):
+        for key in ("steps", "comm", "exposed", "lateness", "step_spread"):
             a = alone.get(key).reset_index(drop=True)
             b = sliced.get(key).reset_index(drop=True)
             sort = [c for c in ("rank", "bucket", "kind", "start_ns") if c in a.columns]
@@ -212,37 +214,44 @@ def test_timeline_by_hand(app):
     fig, late, show_late, info = replay.draw_step("ddp", 0, "auto")
     traces = {t["name"]: t for t in fig["data"]}
     assert fig["layout"]["meta"]["step"] == 0 and fig["layout"]["meta"]["lanes"] == "ranks" and not show_late
-    bars = traces["bucket collectives"]
+    rows = fig["layout"]["meta"]["rows"]
+    assert rows == ["rank 0 · compute", "rank 0 · comm", "rank 1 · compute", "rank 1 · comm"]
+    bars = traces["all_reduce waiting (hollow)"]
     assert len(bars["y"]) == 4                                   # 2 ranks x 2 buckets
-    rank0 = [i for i, y in enumerate(bars["y"]) if y < 1]
+    rank0 = [i for i, y in enumerate(bars["y"]) if rows[int(y)] == "rank 0 · comm"]
     assert sorted(np.round(np.asarray(bars["base"])[rank0], 6)) == [16.0, 30.0]
-    exposed = traces["exposed comm (not hidden by compute)"]
-    r0 = [i for i, y in enumerate(exposed["y"]) if y < 1]
+    exposed = traces["exposed comm (no compute)"]
+    r0 = [i for i, y in enumerate(exposed["y"]) if rows[int(y)] == "rank 0 · compute"]
     assert np.allclose(np.asarray(exposed["base"])[r0], [30.0]) and np.allclose(np.asarray(exposed["x"])[r0], [10.0])
-    hover = dict(zip(["bucket", "op", "MB", "params", "ready", "launch", "done", "dur", "delay", "algbw", "busbw",
-                      "exposed", "lane"], bars["customdata"][rank0[0]]))
-    assert hover["bucket"] == 0 and hover["MB"] == 4.0 and hover["params"] == "1 params: fc2.weight"
-    assert hover["dur"] == 10.0 and hover["delay"] == 1.0 and hover["busbw"] == pytest.approx(0.4)
-    assert "busbw" in bars["hovertemplate"] and "ready" in bars["hovertemplate"]
-    assert {"forward", "backward compute", "optimizer", "gradients ready", "launch / done"} <= set(traces)
+    hover = dict(zip(["what", "size", "start", "end", "dur", "wait", "service", "ready", "delay", "busbw",
+                      "exposed", "where"], bars["customdata"][rank0[0]]))
+    assert hover["what"] == "bucket 0 all_reduce" and hover["size"] == "4.00 MB"
+    assert (hover["start"], hover["end"], hover["dur"]) == (16.0, 26.0, 10.0)
+    assert hover["delay"] == "1.000 ms" and hover["busbw"] == "0.40 GB/s" and hover["ready"] == "at 15.000 ms"
+    assert hover["where"] == "rank 0 · comm<br>1 params: fc2.weight"
+    assert {"forward", "backward compute", "optimizer", "all_reduce"} <= set(traces)
     cards = {c.children[1].children: c.children[0].children for c in info}
-    assert cards["exposed comm"] == "10.0 ms" and cards["overlap"] == "50.0 %"
+    assert cards["exposed comm"] == "10.0 ms" and cards["overlap"] == "50.0 %" and "server time" not in cards
 
 
 def test_many_ranks_are_aggregated(app):
     from syncviz.dashboard.pages import replay
     fig, late, show_late, _ = replay.draw_step("synth24", 1, "auto")
     assert fig["layout"]["meta"]["lanes"] == "spread" and show_late
-    assert fig["layout"]["yaxis"]["ticktext"] == ["min", "median", "max"]
+    computes = [t for t in fig["layout"]["yaxis"]["ticktext"] if t.endswith("compute")]
+    roles = [t.split(" · ")[1] for t in computes]
+    assert roles[:3] == ["fastest step", "median step", "slowest step"] or "slowest step, straggler" in roles
+    # the straggler (rank 7, launches every bucket late) is drawn and labelled
+    assert any(t.startswith("rank 7 ·") and "straggler" in t for t in computes)
     heat = late["data"][0]
     assert len(heat["y"]) == 24 and len(heat["x"]) == 8
+    assert late["layout"]["yaxis"]["tickvals"] == list(range(24))
     # the straggler (rank 7) launched every bucket late: its row is the hottest
     z = np.array([[v if v is not None else np.nan for v in row] for row in heat["z"]])
     assert heat["y"][int(np.nanargmax(np.nanmean(z, axis=1)))] == 7
-    # each rank drawn on its own lane with WebGL when asked for
+    # each rank drawn on its own rows when asked for
     fig, _, show_late, _ = replay.draw_step("synth24", 1, "ranks")
-    assert not show_late and {t["type"] for t in fig["data"]} == {"scattergl"}
-    assert len(fig["layout"]["yaxis"]["tickvals"]) == 24
+    assert not show_late and sum(t.endswith("compute") for t in fig["layout"]["meta"]["rows"]) == 24
 
 
 def test_draw_reports_errors_as_cards(app):
@@ -290,8 +299,9 @@ def test_other_pages_figures(app):
     assert len(steps_fig["data"]) == 9 and not live
     z = np.array([[v if v is not None else np.nan for v in row] for row in skew_fig["data"][0]["z"]])
     assert skew_fig["data"][0]["y"][int(np.nanargmax(np.nanmean(z, axis=1)))] == 3    # the straggler
-    table, split, op_bytes, memory, errors = strategies.compare(["ddp", "synth8", "dash_bad_stream"])
-    assert len(errors) == 1 and [t["name"] for t in split["data"]][:3] == ["compute only", "overlapped comm", "exposed comm"]
+    table, split, op_bytes, memory, errors, notes = strategies.compare(["ddp", "synth8", "dash_bad_stream"])
+    assert len(errors) == 2 and [t["name"] for t in split["data"]][:3] == ["compute only", "overlapped comm", "exposed comm"]
+    assert "different models" in str(errors[1].children[0])          # ddp (hand-built) vs synth8 (synthetic)
     assert op_bytes["data"][0]["name"] == "all_reduce" and len(op_bytes["data"][0]["y"]) == 2
 
 
@@ -299,9 +309,10 @@ def test_memory_from_run_json():
     from syncviz.dashboard.figures.charts import memory_figure, memory_of
     assert memory_of({}) is None
     per_rank = {"memory": [{"params_bytes": 2 ** 20, "grads_bytes": 2 ** 21}, {"params_bytes": 1}]}
-    assert memory_of(per_rank) == {"params_bytes": 2.0 ** 20, "grads_bytes": 2.0 ** 21}
+    assert memory_of(per_rank) == {"params_bytes": 2.0 ** 20, "grads_bytes": 2.0 ** 21}    # the largest rank
     fig = memory_figure({"a": memory_of(per_rank), "b": None})
-    assert fig["data"][0]["x"] == ["a"] and fig["data"][0]["y"] == [1.0]
+    assert fig["data"][0]["x"] == ["a"] and fig["data"][0]["y"] == [2 ** 20 / 1e6]           # MB = 1e6 bytes
+    assert "parameters held after forward" in [t["name"] for t in fig["data"]]
 
 
 # ------------------------------------------------------------- the real callback endpoint

@@ -117,8 +117,8 @@ def test_replay_play_pause_and_slider(server, browser):
     wait_for(lambda: shown_step(browser) == 1, "opens at step 1 (after warm-up)")
     g = graph(browser, "replay-timeline")
     traces = {name: n for name, _, n in g["traces"]}
-    assert traces["bucket collectives"] == 8 * 6 and "exposed comm (not hidden by compute)" in traces
-    assert g["ticks"] == [f"rank {r}" for r in range(8)]
+    assert traces["all_reduce waiting (hollow)"] == 8 * 6 and "exposed comm (no compute)" in traces
+    assert [t for t in g["ticks"] if t.endswith("compute")] == [f"rank {r} · compute" for r in range(8)]
     browser.save_screenshot(str(SHOTS / "replay.png"))
 
     play = browser.find_element(By.ID, "replay-play")
@@ -142,7 +142,7 @@ def test_replay_play_pause_and_slider(server, browser):
     thumb.send_keys(Keys.ARROW_RIGHT)
     wait_for(lambda: shown_step(browser) == 1, "slider one step right")
     assert "step 1" in graph(browser, "replay-timeline")["title"]
-    assert "server time" in text(browser, "#replay-info")
+    assert "server time" not in text(browser, "#replay-info")
     assert not js_errors(browser)
 
 
@@ -153,23 +153,32 @@ def test_hover_shows_bucket_details(server, browser):
     browser.get(f"{base}/replay?run=ddp")
     wait_for(lambda: shown_step(browser) == 1, "ddp drawn")
     gd = browser.find_element(By.CSS_SELECTOR, "#replay-timeline .js-plotly-plot")
-    # the middle of rank 0's bucket 0 bar ([16, 26] ms on the comm band of lane 0), in page pixels
+    # the middle of rank 0's bucket 0 bar ([16, 26] ms on row 1, "rank 0 · comm"), in page pixels
     x, y, w, h = browser.execute_script("""
         var gd = arguments[0], L = gd._fullLayout, r = gd.getBoundingClientRect();
-        return [L._size.l + L.xaxis.l2p(21), L._size.t + L.yaxis.l2p(0.2), r.width, r.height];""", gd)
+        return [L._size.l + L.xaxis.l2p(21), L._size.t + L.yaxis.l2p(1), r.width, r.height];""", gd)
     ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(y - h / 2)).perform()
     hover = wait_for(lambda: text(browser, "#replay-timeline .hoverlayer"), "hover label", timeout=10)
     assert "bucket 0" in hover and "busbw" in hover and "fc2.weight" in hover and "4.00 MB" in hover
+    assert "start 16.000 ms · end 26.000 ms · duration 10.000 ms" in hover and "+" not in hover
 
 
 def test_many_ranks_aggregated(server, browser):
     base, _ = server
     browser.get(f"{base}/replay?run=synth24")
     wait_for(lambda: shown_step(browser) == 1, "synth24 drawn")
-    assert graph(browser, "replay-timeline")["ticks"] == ["min", "median", "max"]
+    ticks = graph(browser, "replay-timeline")["ticks"]
+    assert any("fastest step" in t for t in ticks) and any("straggler" in t for t in ticks)
     heat = wait_for(lambda: graph(browser, "replay-lateness"), "lateness heatmap")
     assert heat["traces"][0][1] == "heatmap" and heat["traces"][0][2] == 24
     browser.save_screenshot(str(SHOTS / "replay-24-ranks.png"))
+
+
+def test_unknown_run_in_the_address_is_an_error(server, browser):
+    base, _ = server
+    browser.get(f"{base}/replay?run=does-not-exist")
+    wait_for(lambda: "does-not-exist" in text(browser, "#url-error .error-card"), "error card for the unknown run")
+    assert not (graph(browser, "replay-timeline") or {}).get("meta"), "another run was drawn"
 
 
 def test_broken_runs_show_error_cards_rest_works(server, browser):
@@ -208,9 +217,11 @@ def test_live_run_shows_new_steps(server, browser):
         browser.get(f"{base}/replay?run=live")
         wait_for(lambda: shown_step(browser) == 1, "live run drawn", driver=browser)
         assert "recording" in text(browser, "#replay-status")
+        # following: the slider moves to the newest step once a live tick sees the flushed files,
+        # from wherever it was (before, it followed only from the last step and stayed on step 1)
+        browser.find_element("css selector", "#replay-step [role=slider]").send_keys("\ue011")   # Home: step 0
+        wait_for(lambda: shown_step(browser) == 0, "moved back to step 0", driver=browser)
         append_live_step(writers, 2)
-        # following: the slider moves to the newest step once a live tick sees the flushed files
-        browser.find_element("css selector", "#replay-step [role=slider]").send_keys("\ue010")   # End: follow from the end
         wait_for(lambda: shown_step(browser) == 2, "the flushed step 2 shown", driver=browser)
         append_live_step(writers, 3)
         wait_for(lambda: shown_step(browser) == 3, "the flushed step 3 shown", driver=browser)
@@ -218,3 +229,56 @@ def test_live_run_shows_new_steps(server, browser):
     finally:
         for w in writers:
             w.close()
+
+
+# Every bar of the Replay figure as the browser holds it: role "bar" marks the bars that must not
+# share time on a row (compute, and the whole span of each collective); a figure without roles
+# (as drawn before this check existed) counts every bar but the exposed overlay.
+FIGURE_BARS = """
+var gd = document.querySelector('#replay-timeline .js-plotly-plot');
+if (!gd || !gd.data || !gd.data.length) return null;
+var out = [];
+gd.data.forEach(function (t) {
+  if (t.type !== 'bar') return;
+  var role = t.meta && t.meta.role;
+  if (role ? role !== 'bar' : /exposed/.test(t.name)) return;
+  for (var i = 0; i < t.y.length; i++) out.push([t.name, +t.y[i], +t.base[i], +t.base[i] + (+t.x[i])]);
+});
+return {bars: out, rows: (gd.layout.meta || {}).rows || null, step: (gd.layout.meta || {}).step};
+"""
+
+
+def overlapping(bars):
+    by_row = {}
+    for name, y, s, e in bars:
+        by_row.setdefault(y, []).append((s, e, name))
+    out = []
+    for y, row in by_row.items():
+        row.sort()
+        out += [(y, a, b) for a, b in zip(row, row[1:]) if b[0] < a[1] - 1e-9]
+    return out
+
+
+def test_replay_no_bar_hides_another(server, browser):
+    """Queued DDP buckets (synth8) and ZeRO-3 all-gathers issued under a reduce-scatter (zero3,
+    hand-built): in the figure's data no two bars of one row overlap in time, every all-gather is
+    drawn, and hovering one gives its start, end and duration."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    base, _ = server
+    for run in ("synth8", "zero3"):
+        browser.get(f"{base}/replay?run={run}")
+        fig = wait_for(lambda: browser.execute_script(FIGURE_BARS), f"{run} drawn", driver=browser)
+        assert fig["bars"] and not overlapping(fig["bars"]), overlapping(fig["bars"])[:3]
+    gathers = [b for b in fig["bars"] if b[0].startswith("all_gather")]
+    assert len(gathers) == 3 and len({b[1] for b in gathers[1:]}) == 2      # two backward AGs, two rows
+    browser.save_screenshot(str(SHOTS / "replay-zero3.png"))
+    _, y, s, e = next(b for b in gathers if b[2] >= 25 - 1e-6 and b[2] <= 25 + 1e-6)
+    gd = browser.find_element(By.CSS_SELECTOR, "#replay-timeline .js-plotly-plot")
+    x, yy, w, h = browser.execute_script("""
+        var gd = arguments[0], L = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [L._size.l + L.xaxis.l2p(arguments[1]), L._size.t + L.yaxis.l2p(arguments[2]), r.width, r.height];""",
+        gd, (s + e) / 2, y)
+    ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(yy - h / 2)).perform()
+    hover = wait_for(lambda: text(browser, "#replay-timeline .hoverlayer"), "hover label", timeout=10)
+    assert "all_gather" in hover and "start 25.000 ms · end 30.000 ms · duration 5.000 ms" in hover, hover

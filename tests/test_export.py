@@ -83,14 +83,15 @@ def check_chrome_trace(trace: dict) -> dict:
         else:
             assert ph == "i", e
     # slices on a track nest: sorted by (start, -end), each one is inside or after the open ones
+    # (in integer ns, as Perfetto reads the µs values: adding float µs can round past a neighbour)
     for key, slices in tracks.items():
         assert key in named_tids and key[0] in named_pids
-        stack: list[float] = []
+        stack: list[int] = []
         for s in sorted(slices, key=lambda e: (e["ts"], -e["dur"])):
-            end = s["ts"] + s["dur"]
-            while stack and stack[-1] <= s["ts"]:
+            ts, end = round(s["ts"] * 1000), round(s["ts"] * 1000) + round(s["dur"] * 1000)
+            while stack and stack[-1] <= ts:
                 stack.pop()
-            assert not stack or end <= stack[-1] + 1e-9, f"slice {s['name']} crosses its parent on {key}"
+            assert not stack or end <= stack[-1], f"slice {s['name']} crosses its parent on {key}"
             stack.append(end)
     # flows pair up, go forward in time, and bind to a slice at each end
     for fid, pair in flows.items():
@@ -107,7 +108,7 @@ def check_chrome_trace(trace: dict) -> dict:
 def slice_times(trace) -> Counter:
     """(pid, cat, start_ns, dur_ns) of every X slice, read back from the µs floats."""
     return Counter((e["pid"], e["cat"], round(e["ts"] * 1000), round(e["dur"] * 1000))
-                   for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] != "bucket_ready")
+                   for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] not in ("bucket_ready", "exposed"))
 
 
 def event_times(run) -> Counter:
@@ -144,9 +145,12 @@ def test_perfetto_valid_and_times_equal(tmp_path):
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert names == {"rank 0", "rank 1"}
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert {"steps", "compute", "grad ready", "bucket 0", "bucket 1"} <= threads
+    assert {"steps", "compute", "grad ready", "bucket 0", "bucket 1", "exposed comm"} <= threads
+    exposed = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "exposed"]
+    assert sorted((e["pid"], e["args"]["step"], e["ts"], e["dur"]) for e in exposed if e["args"]["step"] == 1) == \
+        [(1, 1, 130000.0, 10000.0), (2, 1, 133000.001, 10000.0)]   # bucket 1 after backward, both ranks
     assert sum(1 for e in trace["traceEvents"] if e["ph"] == "s") == 2 * 3 * 2   # ranks × steps × buckets
-    assert len(tracks) == 2 * 5
+    assert len(tracks) == 2 * 6
     bucket = next(e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "bucket")
     assert bucket["name"] == "bucket 0 all_reduce 4.0 MB" and bucket["args"]["busbw_GBps"] == pytest.approx(0.4)
 

@@ -59,10 +59,20 @@ def test_report_draws_its_charts(chromium, tmp_path):
         assert time.monotonic() < deadline, f"charts not drawn: {counts}"
         time.sleep(0.2)
     assert set(counts) == {f"chart-{c}" for c in CHARTS}
-    # timeline: forward, backward, optimizer, bucket bars for both ranks and the ready ticks
-    bars = chromium.execute_script(
-        "return document.querySelectorAll('#chart-timeline .bars .point').length")
-    assert bars == 2 * 2 * (3 + 2)            # ranks × shown steps (1, 2) × (3 compute + 2 buckets)
+    # timeline (the dashboard's): forward, backward, optimizer and bucket bars of both ranks, none
+    # overlapping another on its row, exposed comm marked
+    bars = chromium.execute_script("""
+        var gd = document.getElementById('chart-timeline'), out = [];
+        gd._fullData.forEach(function (t) { if (t.type === 'bar' && t.meta && t.meta.role === 'bar')
+            for (var i = 0; i < t.y.length; i++) out.push([t.y[i], t.base[i], t.base[i] + t.x[i]]); });
+        return out;""")
+    assert len(bars) == 2 * 2 * (3 + 2)      # ranks × shown steps (1, 2) × (3 compute + 2 buckets)
+    for y in {b[0] for b in bars}:
+        row = sorted(b[1:] for b in bars if b[0] == y)
+        assert all(b[0] >= a[1] - 1e-9 for a, b in zip(row, row[1:])), row
+    exposed = chromium.execute_script(
+        "return document.getElementById('chart-timeline').data.filter(t => t.meta && t.meta.role === 'exposed').length")
+    assert exposed == 1
     assert "mostly bucket 1" in chromium.find_element("css selector", ".verdict").text
     errors = [e for e in chromium.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors

@@ -191,16 +191,8 @@ class LoadedRun:
         """(layout, bucket) -> "N params: a, b, …" for hover text; layout -1 (not recorded on the
         event) means the latest layout."""
         def build():
-            bmap = self.bucket_map()
-            out = {}
-            for (lay, b), f in bmap.groupby(["layout", "bucket"]):
-                names = f["param"].tolist()
-                more = f", … (+{len(names) - 3})" if len(names) > 3 else ""
-                out[(int(lay), int(b))] = f"{len(names)} params: " + ", ".join(names[:3]) + more
-            if len(bmap):
-                last = int(bmap["layout"].max())
-                out.update({(-1, b): t for (lay, b), t in list(out.items()) if lay == last})
-            return out
+            from syncviz.views.timeline import bucket_param_labels
+            return bucket_param_labels(self.bucket_map())
         return self._cached("bucket_params", build)
 
     # ------------------------------------------------------------------------- one step

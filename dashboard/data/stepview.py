@@ -31,13 +31,9 @@ ANALYSES: dict[str, Callable] = {
     "steps": lambda ev, get: A.step_metrics(ev),
     "step_spread": lambda ev, get: A.rank_spread(get("steps"), SPREAD_COLUMNS),
     "lateness": lambda ev, get: A.launch_lateness(ev),
-    "lanes": lambda ev, get: A.rank_lanes(ev),                       # min / median / max over ranks
-    "lane_compute": lambda ev, get: A.compute_intervals(get("lanes")),
-    "lane_comm": lambda ev, get: A.comm_metrics(get("lanes"), kinds=S.COMM_KINDS),
-    "lane_exposed": lambda ev, get: A.exposed_intervals(get("lanes")),
 }
 SPREAD_COLUMNS = ("step_ns", "comm_busy_ns", "exposed_ns", "overlap_pct", "compute_comm_ratio", "bytes")
-WHOLE_RUN = ("compute", "comm", "exposed", "steps", "step_spread", "lateness", "lanes", "lane_compute", "lane_comm", "lane_exposed")
+WHOLE_RUN = ("compute", "comm", "exposed", "steps", "step_spread", "lateness")
 
 
 class Analysed:
@@ -118,10 +114,6 @@ class StepView:
     @property
     def lateness(self):
         return self.get("lateness")
-
-    def lanes(self) -> dict:
-        return {"compute": self.get("lane_compute"), "comm": self.get("lane_comm"),
-                "exposed": self.get("lane_exposed")}
 
 
 def analyse_block(events: pd.DataFrame) -> dict[str, ByStep]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.dashboard.figures.timeline import BUCKET_SCALE, COMPUTE_COLORS, EXPOSED_COLOR, empty_figure
+from syncviz.dashboard.figures.timeline import BUCKET_SCALE, empty_figure
+from syncviz.views import palette as P
 
 GL_POINTS = 2000    # above this many points per line, draw it with WebGL
 MARGIN = {"l": 70, "r": 20, "t": 44, "b": 44}
-SPLIT_COLORS = {"compute only": COMPUTE_COLORS["backward"], "overlapped comm": "#2ca02c",
-                "exposed comm": EXPOSED_COLOR, "other (idle, data, host)": "#c7c7c7"}
+SPLIT_COLORS = P.SPLIT
+EXPOSED_COLOR = P.EXPOSED
 
 
 def _title(text):
@@ -38,18 +39,21 @@ def bucket_map_figure(bmap: pd.DataFrame) -> dict:
     for i, v in enumerate(versions):
         f = bmap[bmap["layout"] == v]
         moved = f["moved"].to_numpy()
-        color = np.where(moved, "#ff7f0e", np.where(f["param_index"].to_numpy() % 2 == 0, "#4c78a8", "#9ecae9"))
+        color = np.where(moved, P.ORANGE, np.where(f["param_index"].to_numpy() % 2 == 0, P.BLUE, P.SKY))
         data.append({"type": "bar", "name": names.get(int(v), f"layout {v}"), "xaxis": f"x{i + 1}" if i else "x",
                      "yaxis": "y", "x": f["bucket"].to_numpy(), "base": f["start_byte"].to_numpy() / 1e6,
                      "y": f["bytes"].to_numpy() / 1e6, "width": 0.8, "showlegend": False,
                      "marker": {"color": color.tolist(), "line": {"width": 0.5, "color": "white"}},
+                     # sizes from customdata: a bar with a base hovers %{y} as its top (base + size),
+                     # which showed a 0.59 MB parameter at 4.53 MB as "5.12 MB"
                      "customdata": np.c_[f["param"].to_numpy(), f["numel"].to_numpy(), f["dtype"].to_numpy(),
-                                         f["param_index"].to_numpy(), moved].tolist(),
+                                         f["param_index"].to_numpy(), moved, f["bytes"].to_numpy() / P.MB,
+                                         f["start_byte"].to_numpy() / P.MB].tolist(),
                      "hovertemplate": "bucket %{x}: <b>%{customdata[0]}</b><br>%{customdata[1]:,} × %{customdata[2]}"
-                                      " = %{y:.2f} MB at %{base:.2f} MB<br>param index %{customdata[3]}"
-                                      " · moved by rebuild: %{customdata[4]}<extra></extra>"})
+                                      " = %{customdata[5]:.2f} MB, at %{customdata[6]:.2f} MB of the bucket<br>"
+                                      "param index %{customdata[3]} · moved by rebuild: %{customdata[4]}<extra></extra>"})
     n = len(versions)
-    layout = {"title": _title("Bucket map: parameters per bucket (MB), orange = moved by DDP's rebuild"),
+    layout = {"title": _title("Bucket map: parameters per bucket (MB = 10⁶ bytes), orange = moved by DDP's rebuild"),
               "barmode": "overlay", "height": 420, "margin": MARGIN, "yaxis": {"title": {"text": "MB"}},
               "annotations": []}
     gap = 0.06
@@ -101,10 +105,11 @@ def op_bytes_figure(by_run: dict[str, pd.DataFrame]) -> dict:
         y = [float(t.loc[t["op"] == op, "bytes_per_step"].sum()) / 1e6 for t in by_run.values()]
         c = [float(t.loc[t["op"] == op, "count_per_step"].sum()) for t in by_run.values()]
         data.append({"type": "bar", "name": op or "(unnamed)", "x": runs, "y": y, "customdata": c,
+                     "marker": {"color": P.op_color(op)},
                      "hovertemplate": "%{x}<br>" + (op or "?") + ": %{y:.2f} MB per step (%{customdata:.1f} calls)<extra></extra>"})
     return {"data": data, "layout": {"title": _title("Bytes per step and rank by collective (MB)"),
                                      "barmode": "stack", "height": 360, "margin": MARGIN,
-                                     "yaxis": {"title": {"text": "MB per step"}}}}
+                                     "yaxis": {"title": {"text": "MB per step"}, "rangemode": "tozero"}}}
 
 
 def time_split_figure(by_run: dict[str, dict]) -> dict:
@@ -123,26 +128,34 @@ def time_split_figure(by_run: dict[str, dict]) -> dict:
 
 
 MEMORY_KEYS = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
-               ("optimizer_bytes", "optimizer state"), ("peak_allocated_bytes", "peak allocated")]
+               ("optimizer_bytes", "optimizer state"), ("params_after_forward_bytes", "parameters held after forward"),
+               ("peak_allocated_bytes", "peak allocated")]
+MEMORY_COLORS = {**P.MEMORY, "peak allocated": P.GREY}
 
 
 def memory_figure(by_run: dict[str, dict | None]) -> dict:
-    """Per-rank memory as run.json's optional "memory" records it (rank 0 where it is per rank)."""
+    """Per-rank memory as run.json's optional "memory" records it (the largest rank), in MB.
+    "parameters held after forward" is what FSDP keeps gathered from forward to backward: it is
+    what tells ZeRO-2 (kept) from ZeRO-3 (resharded after forward)."""
     have = {r: m for r, m in by_run.items() if m}
     if not have:
         return empty_figure("memory was not recorded for these runs (run.json has no \"memory\")")
     runs = list(have)
-    data = [{"type": "bar", "name": label, "x": runs, "y": _none([(have[r].get(key) or np.nan) / 2**20 for r in runs]),
-             "hovertemplate": "%{x}<br>" + label + ": %{y:.1f} MiB<extra></extra>"} for key, label in MEMORY_KEYS]
-    return {"data": data, "layout": {"title": _title("Memory per rank (MiB, from run.json)"), "barmode": "group",
-                                     "height": 360, "margin": MARGIN, "yaxis": {"title": {"text": "MiB"}}}}
+    data = [{"type": "bar", "name": label, "x": runs, "y": _none([(have[r].get(key) or np.nan) / P.MB for r in runs]),
+             "marker": {"color": MEMORY_COLORS[label]},
+             "hovertemplate": "%{x}<br>" + label + ": %{y:.2f} MB<extra></extra>"} for key, label in MEMORY_KEYS]
+    return {"data": data, "layout": {"title": _title("Memory per rank (MB = 10⁶ bytes, largest rank)"), "barmode": "group",
+                                     "height": 360, "margin": MARGIN, "yaxis": {"title": {"text": "MB"}, "rangemode": "tozero"}}}
 
 
 def memory_of(meta: dict) -> dict | None:
-    """run.json "memory": a dict of byte counts, or per rank (list, or dict keyed by rank): rank 0's."""
+    """run.json "memory": a dict of byte counts, or per rank (list: the largest value of each
+    key over ranks; dict keyed by rank: rank 0's)."""
     mem = meta.get("memory")
     if isinstance(mem, list) and mem:
-        mem = mem[0]
+        ranks = [m for m in mem if isinstance(m, dict)]
+        mem = {k: max(m[k] for m in ranks if isinstance(m.get(k), (int, float)))
+               for k, _ in MEMORY_KEYS if any(isinstance(m.get(k), (int, float)) for m in ranks)}
     if isinstance(mem, dict) and mem and all(isinstance(v, dict) for v in mem.values()):
         mem = mem.get("0") or mem.get(0) or next(iter(mem.values()))
     if not isinstance(mem, dict):
@@ -181,9 +194,9 @@ def over_steps_figure(spread: dict[str, pd.DataFrame], live: bool = False) -> di
     layout = {"title": _title("Per step: median over ranks, band = min–max over ranks" + (" · live" if live else "")),
               "height": 560, "margin": MARGIN, "showlegend": False, "hovermode": "x",
               "xaxis": {"title": {"text": "step"}, "anchor": "y3", "zeroline": False},
-              "yaxis": {"domain": [0.70, 1.0], "title": {"text": "compute / comm"}},
+              "yaxis": {"domain": [0.70, 1.0], "title": {"text": "compute / comm"}, "rangemode": "tozero"},
               "yaxis2": {"domain": [0.36, 0.64], "title": {"text": "overlap %"}, "range": [0, 105]},
-              "yaxis3": {"domain": [0.0, 0.30], "title": {"text": "exposed ms"}}}
+              "yaxis3": {"domain": [0.0, 0.30], "title": {"text": "exposed ms"}, "rangemode": "tozero"}}
     return {"data": data, "layout": layout}
 
 
@@ -196,11 +209,18 @@ def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
     if len(cols) > max_cols:
         table = table.iloc[:, ::int(np.ceil(len(cols) / max_cols))]
     z = table.to_numpy(dtype=float) / 1e6
+    ranks, steps = table.index.tolist(), table.columns.tolist()
+    yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
+    if len(ranks) <= 32:   # integer ticks on the rows (not -0.5 / 0.5 / 1.5 with 2 ranks)
+        yaxis.update(tickmode="array", tickvals=ranks, ticktext=[str(r) for r in ranks])
+    xaxis = {"title": {"text": "step"}}
+    if len(steps) <= 40:
+        xaxis.update(tickmode="array", tickvals=steps, ticktext=[str(c) for c in steps])
     return {"data": [{"type": "heatmap", "z": np.where(np.isnan(z), None, z).tolist(),
-                      "x": table.columns.tolist(), "y": table.index.tolist(), "colorscale": "Reds", "zmin": 0,
-                      "colorbar": {"title": {"text": "ms late"}, "thickness": 12},
+                      "x": steps, "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
+                      "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
                       "hovertemplate": "rank %{y} · step %{x}<br>launched %{z:.2f} ms after the first rank "
                                        "(mean over buckets)<extra></extra>"}],
-            "layout": {"title": _title("Launch skew, rank × step (analysis.rank_step_skew): stragglers are hot rows"),
-                       "height": int(min(800, 160 + 10 * len(table))), "margin": MARGIN,
-                       "xaxis": {"title": {"text": "step"}}, "yaxis": {"title": {"text": "rank"}, "autorange": "reversed"}}}
+            "layout": {"title": _title("Launch skew, rank × step: stragglers are hot rows"),
+                       "height": int(min(800, max(300, 160 + 10 * len(table)))), "margin": MARGIN,
+                       "xaxis": xaxis, "yaxis": yaxis}}

@@ -19,8 +19,7 @@ def layout(**_query):
     return html.Div([
         html.H2("Ratios over steps"),
         html.P("compute / comm = (forward + backward + optimizer compute) / comm busy time; overlap % = comm "
-               "hidden under compute / comm busy; exposed = comm busy − overlapped (DESIGN.md, metric "
-               "definitions).", className="hint"),
+               "hidden under compute / comm busy; exposed = comm busy − overlapped.", className="hint"),
         html.Div(id="ratios-error"),
         C.graph("ratios-steps", figure=empty_figure("loading…")),
         C.graph("ratios-skew"),

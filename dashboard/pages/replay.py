@@ -5,17 +5,17 @@ and a client-side play/pause that advances the slider without a server round tri
 """
 from __future__ import annotations
 
-import time
-
 import dash
 from dash import Input, Output, State, dcc, html
+
+from syncviz import analysis as A
 
 from syncviz.dashboard import components as C
 from syncviz.dashboard.figures import timeline as TL
 
 
 LANE_MODES = [{"label": "auto", "value": "auto"}, {"label": "each rank", "value": "ranks"},
-              {"label": "min / median / max over ranks", "value": "spread"}]
+              {"label": "fastest / median / slowest rank", "value": "spread"}]
 PLAY_MS = 700
 LIVE_MS = 1500
 
@@ -60,9 +60,9 @@ FIGURE_OUTPUTS = [("replay-timeline", "figure"), ("replay-lateness", "figure"), 
                Output("replay-step", "value"), Output("replay-run", "data"), Output("replay-status", "children"),
                Output("replay-live", "disabled"),
                *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS],
-               Input("run-picker", "value"), State("replay-lanes", "value"),
+               Input("run-picker", "value"), State("replay-lanes", "value"), State("replay-follow", "value"),
                prevent_initial_call="initial_duplicate")
-def pick_run(name, mode="auto"):
+def pick_run(name, mode="auto", follow=()):
     """A run was picked: its steps on the slider and its first step after warm-up drawn, in one
     response (a second round trip for the figure costs ~0.5-1 s of browser time on a first open)."""
     try:
@@ -73,8 +73,9 @@ def pick_run(name, mode="auto"):
     if run is None:
         return (0, 0, None, 0, name, "", True, *render(name, 0, mode))
     first, last = run.first_step, run.last_step
-    return (first, last, slider_marks(first, last), run.start_step, name,
-            C.status_badge(run.recording, run.problems), not run.recording, *render(name, run.start_step, mode))
+    start = last if run.recording and follow and "follow" in follow else run.start_step
+    return (first, last, slider_marks(first, last), start, name,
+            C.status_badge(run.recording, run.problems), not run.recording, *render(name, start, mode))
 
 
 @dash.callback(Output("replay-step", "max", allow_duplicate=True), Output("replay-step", "marks", allow_duplicate=True),
@@ -92,14 +93,14 @@ def follow_live(_tick, name, value, old_max, follow):
     last = run.last_step
     if last == old_max or old_max is None:
         return dash.no_update, dash.no_update, dash.no_update, C.status_badge(run.recording, run.problems), not run.recording
-    at_end = value is None or old_max is None or value >= old_max
-    return (last, slider_marks(run.first_step, last), last if follow and at_end else dash.no_update,
+    # "follow new steps" ticked: show the newest step, wherever the slider was (untick to stay put)
+    return (last, slider_marks(run.first_step, last), last if follow and "follow" in follow else dash.no_update,
             C.status_badge(run.recording, run.problems), not run.recording)
 
 
 # The step tables each lane mode draws (stepview.ANALYSES keys).
 STEP_TABLES = {"ranks": ("compute", "comm", "exposed", "step_spread"),
-               "spread": ("lane_compute", "lane_comm", "lane_exposed", "step_spread", "lateness")}
+               "spread": ("compute", "comm", "exposed", "steps", "step_spread", "lateness")}
 
 
 def prepare_first_step(run, mode: str | None = "auto") -> None:
@@ -115,29 +116,25 @@ def choose_lanes(mode: str, n_ranks: int) -> str:
 
 def draw_step(name: str, step: int, mode: str = "auto"):
     """Figures and numbers of one step: (timeline, lateness heatmap, show heatmap, info cards)."""
-    t = time.perf_counter()
     run = C.store().get(name)
     step = run.nearest_step(step)
     view = run.step_view(step)
     lanes = choose_lanes(mode or "auto", len(run.ranks))
-    shown = view.lanes() if lanes == "spread" else {"compute": view.compute, "comm": view.comm, "exposed": view.exposed}
-    t0 = TL.step_origin(shown["compute"], shown["comm"])   # the min lane starts where the earliest rank does
-    n_buckets = run.n_buckets
+    t0 = TL.step_origin(view.compute, view.comm)
     title = f"{name} · step {step} · {len(run.ranks)} ranks"
     if lanes == "spread":
-        names, lane_of, title = ["min", "median", "max"], None, title + " · each time is the min / median / max over ranks"
+        picks = A.representative_ranks(view.steps, view.lateness)
+        ranks = [r for r, _ in picks]
+        labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
+        title += " · real ranks: fastest, median and slowest step, and the straggler (launches last)"
     else:
-        names, lane_of = [f"rank {r}" for r in run.ranks], {r: i for i, r in enumerate(run.ranks)}
-    fig = TL.timeline_figure(shown["compute"], shown["comm"], shown["exposed"], lane_names=names, lane_of=lane_of,
-                             t0=t0, params=run.bucket_params(), x_range=run.step_range_ms(step), n_buckets=n_buckets,
-                             title=title)
-    fig["layout"]["meta"] = {"step": int(step), "lanes": lanes, "source": view.source}
+        ranks, labels = list(run.ranks), {}
+    fig = TL.timeline_figure(view.compute, view.comm, view.exposed, ranks=ranks, labels=labels, t0=t0,
+                             params=run.bucket_params(), x_range=run.step_range_ms(step), title=title)
+    fig["layout"]["meta"].update({"step": int(step), "lanes": lanes, "source": view.source})
     late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and bucket (ms after the first rank)")
             if lanes == "spread" else dash.no_update)
     info = step_cards(view)
-    ms = (time.perf_counter() - t) * 1e3
-    info.append(C.number_card("server time", f"{ms:.0f} ms", f"analysis + figure of this step ({view.source}); "
-                              "JSON encoding not included"))
     run.analyse_in_background()
     return fig, late, lanes == "spread", info
 

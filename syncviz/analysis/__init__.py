@@ -10,3 +10,5 @@ from syncviz.analysis.intervals import (BLOCKING, Coverage, blocking_rows, comm_
 from syncviz.analysis.metrics import *  # noqa: F401,F403
 from syncviz.analysis.metrics import NS, busbw_factor  # noqa: F401
 from syncviz.analysis.tables import *  # noqa: F401,F403
+from syncviz.analysis.lanes import lanes  # noqa: F401
+from syncviz.analysis.timeline import collective_parts, latest_launcher, representative_ranks  # noqa: F401

@@ -15,66 +15,35 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from syncviz import analysis as A
-from syncviz.trace import schema as S
 from syncviz.trace import Run
+from syncviz.trace import schema as S
+from syncviz.views import palette as P
+from syncviz.views import timeline as TLV
 
-COLORS = {"forward": "#4C78A8", "backward": "#72B7B2", "optimizer": "#B279A2",
-          "bucket": "#F58518", "collective": "#E45756", "exposed": "#E45756", "ready": "#222222"}
+COLORS = {"compute": P.BLUE, "exposed": P.EXPOSED, "bucket": P.GREEN, "overlap": P.ORANGE}
 CONFIG = {"displaylogo": False, "responsive": True}
+AGGREGATE_ABOVE = 16     # ranks: above this, the timeline shows real representative ranks, as the dashboard does
 
 
-def timeline_figure(run: Run, steps: list[int]) -> go.Figure:
-    """Gantt of the chosen steps: per rank a compute row and one row per bucket/collective track,
-    with each bucket's gradient-ready moment as a tick."""
+def timeline_figure(run: Run, steps: list[int]) -> dict:
+    """The dashboard's timeline (syncviz/views/timeline.py) over the chosen steps: every rank up
+    to AGGREGATE_ABOVE ranks, else the fastest, median and slowest rank and the straggler."""
     ev = run.events
-    ev = ev[ev["step"].isin(steps) & (ev["start_ns"] >= 0) & (ev["end_ns"] >= ev["start_ns"])]
-    comm = A.comm_metrics(run, kinds=S.COMM_KINDS)
-    comm = comm[comm["step"].isin(steps)]
-    fig = go.Figure()
-    rows: list[str] = []
-    in_legend: set[str] = set()
-
-    def bars(frame, label_of, kind, hover_of):
-        if not len(frame):
-            return
-        labels = [label_of(r) for r in frame.itertuples(index=False)]
-        for lab in dict.fromkeys(labels):
-            if lab not in rows:
-                rows.append(lab)
-        fig.add_trace(go.Bar(
-            orientation="h", y=labels, base=frame["start_ns"] / 1e6,
-            x=(frame["end_ns"] - frame["start_ns"]) / 1e6, name=kind,
-            marker_color=COLORS.get(kind, "#999"), legendgroup=kind, showlegend=kind not in in_legend,
-            hovertext=[hover_of(r) for r in frame.itertuples(index=False)], hoverinfo="text"))
-        in_legend.add(kind)
-
-    for rank in run.ranks:
-        comp = ev[(ev["rank"] == rank) & ev["kind"].isin(S.COMPUTE_KINDS)]
-        for kind in S.COMPUTE_KINDS:
-            bars(comp[comp["kind"] == kind], lambda r: f"rank {r.rank} compute", kind,
-                 lambda r: f"rank {r.rank} step {r.step} {r.kind}: "
-                           f"{(r.end_ns - r.start_ns) / 1e6:.3f} ms")
-        c = comm[comm["rank"] == rank].sort_values(["bucket", "start_ns"])
-        for kind in S.COMM_KINDS:
-            bars(c[c["kind"] == kind],
-                 lambda r: f"rank {r.rank} bucket {r.bucket}" if r.bucket >= 0 else f"rank {r.rank} {r.op}",
-                 kind,
-                 lambda r: f"rank {r.rank} step {r.step} {r.kind} {r.bucket} {r.op} "
-                           f"{r.bytes / 1e6:.2f} MB: {r.duration_ns / 1e6:.3f} ms, "
-                           f"exposed {r.exposed_ns / 1e6:.3f} ms, busbw {r.busbw_gbps:.2f} GB/s")
-    ready = comm[(comm["kind"] == S.BUCKET) & (comm["ready_ns"] >= 0)]
-    if len(ready):
-        fig.add_trace(go.Scatter(
-            x=ready["ready_ns"] / 1e6, y=[f"rank {r} bucket {b}" for r, b in zip(ready["rank"], ready["bucket"])],
-            mode="markers", marker_symbol="line-ns-open", marker_size=14, marker_color=COLORS["ready"],
-            name="bucket ready", hovertext=[f"bucket {b} ready, launched {d / 1e6:.3f} ms later"
-                                            for b, d in zip(ready["bucket"], ready["launch_delay_ns"])],
-            hoverinfo="text"))
-    fig.update_layout(barmode="overlay", height=max(260, 28 * len(rows) + 120),
-                      title=f"Timeline, steps {', '.join(map(str, steps))}",
-                      xaxis_title="time since run start (ms)", legend_orientation="h",
-                      margin=dict(l=10, r=10, t=50, b=40))
-    fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
+    ev = ev[ev["step"].isin(steps)]
+    comp, comm, exposed = A.compute_intervals(ev), A.comm_metrics(ev, kinds=S.COMM_KINDS), A.exposed_intervals(ev)
+    ranks, labels = list(run.ranks), {}
+    what = f"{len(ranks)} ranks"
+    if len(ranks) > AGGREGATE_ABOVE:
+        picks = A.representative_ranks(A.step_metrics(ev), A.launch_lateness(ev))
+        ranks = [r for r, _ in picks]
+        labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
+        what = f"{len(run.ranks)} ranks, shown: fastest, median and slowest step and the straggler"
+    fig = TLV.timeline_figure(comp, comm, exposed, ranks=ranks, labels=labels, t0=TLV.step_origin(comp, comm),
+                              title=f"Timeline, step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} ({what})",
+                              params=TLV.bucket_param_labels(A.bucket_map(run.layouts)),
+                              max_height=900)
+    fig["layout"]["xaxis"]["title"]["text"] = "ms since the first shown step began"
+    fig["layout"]["uirevision"] = None
     return fig
 
 
@@ -82,16 +51,16 @@ def steps_figure(steps: pd.DataFrame) -> go.Figure:
     """Per step (mean over ranks): compute and exposed comm stacked, step time, and overlap %."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = steps["step"]
-    fig.add_trace(go.Bar(x=x, y=steps["compute_ns"] / 1e6, name="compute (ms)", marker_color=COLORS["backward"]))
+    fig.add_trace(go.Bar(x=x, y=steps["compute_ns"] / 1e6, name="compute (ms)", marker_color=COLORS["compute"]))
     fig.add_trace(go.Bar(x=x, y=steps["exposed_ns"] / 1e6, name="exposed comm (ms)", marker_color=COLORS["exposed"]))
     fig.add_trace(go.Scatter(x=x, y=steps["step_ns"] / 1e6, name="step time (ms)", mode="lines+markers",
                              line_color="#333"))
     fig.add_trace(go.Scatter(x=x, y=steps["overlap_pct"], name="overlap %", mode="lines+markers",
-                             line=dict(color=COLORS["bucket"], dash="dot")), secondary_y=True)
+                             line=dict(color=COLORS["overlap"], dash="dot")), secondary_y=True)
     fig.update_layout(barmode="stack", title="Per step (mean over ranks)", legend_orientation="h",
                       height=360, margin=dict(l=10, r=10, t=50, b=40))
     fig.update_xaxes(title_text="step", dtick=1)
-    fig.update_yaxes(title_text="ms", secondary_y=False)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="overlap %", range=[0, 105], dtick=25, showgrid=False, secondary_y=True)
     return fig
 
@@ -107,7 +76,7 @@ def buckets_figure(buckets: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", title="Per bucket (median)", legend_orientation="h",
                       height=360, margin=dict(l=10, r=10, t=50, b=40))
     fig.update_xaxes(title_text="bucket")
-    fig.update_yaxes(title_text="ms", secondary_y=False)
+    fig.update_yaxes(title_text="ms", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="busbw (GB/s)", rangemode="tozero", showgrid=False, secondary_y=True)
     return fig
 
@@ -115,10 +84,11 @@ def buckets_figure(buckets: pd.DataFrame) -> go.Figure:
 def skew_figure(late: pd.DataFrame) -> go.Figure:
     """Rank × step heat map of how late each rank launched its buckets (analysis.rank_step_skew)."""
     fig = go.Figure(go.Heatmap(z=late.to_numpy() / 1e6, x=[str(c) for c in late.columns],
-                               y=[f"rank {r}" for r in late.index], colorscale="Reds",
-                               colorbar_title="ms late", hovertemplate="%{y}, step %{x}: %{z:.3f} ms late<extra></extra>"))
+                               y=[f"rank {r}" for r in late.index], colorscale=P.HEAT_SCALE,
+                               colorbar=dict(title=dict(text="ms late", side="right"), len=0.9, thickness=12),
+                               hovertemplate="%{y}, step %{x}: %{z:.3f} ms late<extra></extra>"))
     fig.update_layout(title="Launch lateness per rank and step (stragglers are hot rows)",
-                      height=max(220, 40 * len(late) + 120), margin=dict(l=10, r=10, t=50, b=40),
+                      height=min(700, max(260, 14 * len(late) + 140)), margin=dict(l=10, r=10, t=50, b=40),
                       xaxis_title="step")
     return fig
 
@@ -152,7 +122,7 @@ def summary_html(run: Run, s: dict) -> str:
 
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222}
 h1{font-size:22px;margin:0 0 4px}.sub{color:#666;margin-bottom:12px}
-.verdict{font-size:16px;font-weight:600;background:#fff4e5;padding:8px 12px;border-left:4px solid #F58518}
+.verdict{font-size:16px;font-weight:600;background:#fff4e5;padding:8px 12px;border-left:4px solid #E69F00}
 .cards{display:flex;gap:24px;flex-wrap:wrap}table{border-collapse:collapse;font-size:13px}
 th{text-align:left;font-weight:500;color:#555;padding:2px 12px 2px 0}td{text-align:right;padding:2px 0}
 .problems{color:#b00}.chart{margin-top:18px}"""

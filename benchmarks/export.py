@@ -1,0 +1,83 @@
+"""Export speed: Perfetto (Chrome trace JSON) and HTML export of one run, the current exporters
+side by side with the Perfetto exporter as it was before (benchmarks/perfetto_baseline.py).
+
+    python benchmarks/export.py                                  # the 128-rank sample
+    python benchmarks/export.py traces/cpu-mini-ddp --repeat 5
+
+Loads the run once (loading is common to every exporter and reported apart), then times each
+exporter from the loaded run to the file on disk, best of --repeat. "events" are the trace events
+in the written Perfetto file (slices, instants, flow ends, counters, metadata); the rate is
+events / export time. Target (issue 12): Perfetto export >= 1,000,000 events/s on this machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+TARGET = 1_000_000
+
+
+def best_of(n: int, fn) -> tuple[float, float]:
+    """Best wall-clock and best CPU seconds of n calls (CPU time is what a shared machine's load
+    does not inflate; both are printed)."""
+    wall = cpu = float("inf")
+    for _ in range(n):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.process_time() - c)
+    return wall, cpu
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", nargs="?", default=str(Path(__file__).resolve().parents[1] / "traces/sim-gpt2-medium-128"))
+    ap.add_argument("--repeat", type=int, default=3, help="timed repetitions of each exporter (best counts)")
+    ap.add_argument("--baseline-repeat", type=int, default=1, help="repetitions of the slow baseline")
+    args = ap.parse_args(argv)
+
+    import perfetto_baseline as old
+    from syncviz.trace import load_run
+    from syncviz.views.export.perfetto import write_perfetto
+    from syncviz.views.export.report import write_html
+
+    t = time.perf_counter()
+    run = load_run(args.run)
+    load_s = time.perf_counter() - t
+    out = Path(tempfile.mkdtemp(prefix="syncviz-bench-export-"))
+    print(f"run {args.run}: {run.world_size} ranks, {len(run.events):,} trace rows, loaded in {load_s:.2f} s")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (timings scale with it)")
+
+    new_s = best_of(args.repeat, lambda: write_perfetto(run, out / "new.json"))
+    old_s = best_of(args.baseline_repeat, lambda: old.write_perfetto(run, out / "old.json"))
+    gz_s = best_of(args.repeat, lambda: write_perfetto(run, out / "new.json.gz"))
+    html_s = best_of(args.repeat, lambda: write_html(run, out / "report.html"))
+
+    n_new = len(json.loads((out / "new.json").read_bytes())["traceEvents"])
+    n_old = len(json.loads((out / "old.json").read_bytes())["traceEvents"])
+    size = {p: (out / p).stat().st_size / 1e6 for p in ("new.json", "old.json", "new.json.gz", "report.html")}
+    rows = [("perfetto (before, per-event dicts)", old_s, n_old, size["old.json"]),
+            ("perfetto (now, column-wise)", new_s, n_new, size["new.json"]),
+            ("perfetto .json.gz (now)", gz_s, n_new, size["new.json.gz"]),
+            ("html report (now)", html_s, None, size["report.html"])]
+    print(f"\n{'exporter':36s} {'wall s':>7s} {'CPU s':>7s} {'events':>8s} {'events/s wall':>14s} "
+          f"{'events/s CPU':>13s} {'MB':>6s}")
+    for name, (wall, cpu), n, mb in rows:
+        rates = f"{n / wall:14,.0f} {n / cpu:13,.0f}" if n else f"{'':>14s} {'':>13s}"
+        print(f"{name:36s} {wall:7.3f} {cpu:7.3f} {n or '':>8} {rates} {mb:6.1f}")
+    print(f"\nperfetto speed-up, same run, same process: {old_s[0] / new_s[0]:.1f}x wall, "
+          f"{old_s[1] / new_s[1]:.1f}x CPU ({n_new:,} events now vs {n_old:,} before)")
+    for what, secs in (("wall", new_s[0]), ("CPU", new_s[1])):
+        rate = n_new / secs
+        print(f"target {TARGET:,} events/s ({what} time): {'met' if rate >= TARGET else 'NOT met'} ({rate:,.0f} events/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

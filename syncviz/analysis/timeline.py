@@ -1,0 +1,60 @@
+"""What a timeline shows, as tables: which real ranks stand for a step, and each collective split
+into the part spent waiting (for peers to launch it, or for the collectives queued ahead of it on
+the process group) and the part it was being served. Pure functions of analysis tables; the
+drawing is in syncviz/views/timeline.py."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from syncviz.analysis.lanes import lanes
+from syncviz.analysis.metrics import comm_service
+
+ROLES = ("fastest step", "median step", "slowest step", "straggler")
+
+
+def latest_launcher(lateness: pd.DataFrame) -> int | None:
+    """The rank that launched its collectives latest on average (launch_lateness rows): the one
+    the others waited for. None without bucket collectives."""
+    if not len(lateness):
+        return None
+    mean = lateness.groupby("rank")["late_ns"].mean().sort_index()
+    return int(mean.idxmax()) if mean.max() > 0 else None
+
+
+def representative_ranks(steps: pd.DataFrame, lateness: pd.DataFrame | None = None) -> list[tuple[int, list[str]]]:
+    """Real ranks that stand for a step: the fastest, median and slowest by step time
+    (step_metrics rows; several steps are summed per rank) and, with ``lateness``, the straggler
+    (latest_launcher), as [(rank, roles)] in that order. Not a min/median/max composite: every bar
+    drawn for them happened on that rank. The median is the lower median; ties go to the lower
+    rank; a rank holding several roles is listed once."""
+    if not len(steps):
+        return []
+    per = steps.groupby("rank")["step_ns"].sum().sort_index(kind="stable")
+    order = per.sort_values(kind="stable").index.to_list()
+    picks = [(ROLES[0], order[0]), (ROLES[1], order[(len(order) - 1) // 2]), (ROLES[2], order[-1])]
+    late = latest_launcher(lateness) if lateness is not None else None
+    if late is not None:
+        picks.append((ROLES[3], late))
+    out: dict[int, list[str]] = {}
+    for role, r in picks:
+        out.setdefault(int(r), []).append(role)
+    return list(out.items())
+
+
+def collective_parts(comm: pd.DataFrame) -> pd.DataFrame:
+    """Per comm row (comm_metrics columns, same index): ``wait_ns`` from its start until its
+    service began (late peers, or collectives queued ahead on the group: analysis.comm_service),
+    ``service_ns`` (NaN when clock error hides it) and ``lane``: sub-lane within its rank so that
+    no two collectives of one rank share a lane while overlapping in time."""
+    out = pd.DataFrame(index=comm.index)
+    if not len(comm):
+        return out.assign(wait_ns=pd.Series(dtype=float), service_ns=pd.Series(dtype=float),
+                          lane=pd.Series(dtype=np.int64))
+    svc = comm_service(comm).reindex(comm.index)
+    dur = (comm["end_ns"] - comm["start_ns"]).to_numpy(dtype=float)
+    service = np.minimum(svc["service_ns"].to_numpy(dtype=float), dur)
+    out["service_ns"] = service
+    out["wait_ns"] = np.where(np.isnan(service), np.nan, dur - service)
+    out["lane"] = lanes(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(), groups=comm["rank"].to_numpy())
+    return out

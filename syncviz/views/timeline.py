@@ -1,0 +1,254 @@
+"""The step timeline, shared by the dashboard's Replay page and the HTML report: a figure dict
+(plain Plotly JSON) from analysis tables.
+
+Per rank a compute row (forward, backward compute, optimizer; exposed communication hatched in
+vermillion where no compute runs) and as many comm rows as the rank had collectives in flight at
+once (analysis.timeline.collective_parts gives each its sub-lane), so no bar is painted over
+another. A collective is drawn hollow from its start until its service began (waiting for late
+peers or for collectives queued ahead of it) and solid while it was served. Hover gives start,
+end and duration in ms since the step's first event.
+
+Figures are dicts, not plotly.graph_objects: building a validated go.Figure of a 64-rank step costs
+more than analysing the step, and the slider must redraw within 200 ms of server time. Up to
+GL_ROWS rows are drawn as SVG bars (hover anywhere on a bar); more as WebGL line segments with one
+hover point per bar.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from syncviz.analysis.timeline import collective_parts
+from syncviz.trace import schema as S
+from syncviz.views import palette as P
+
+GL_ROWS = 160
+BAND = 0.7            # bar thickness, in rows
+MAX_HEIGHT = 1100     # px: the figure scrolls inside itself beyond this, the page does not grow
+
+COMM_HOVER = ("<b>%{customdata[0]}</b> · %{customdata[1]}<br>"
+              "start %{customdata[2]:.3f} ms · end %{customdata[3]:.3f} ms · duration %{customdata[4]:.3f} ms<br>"
+              "waiting %{customdata[5]} · service %{customdata[6]}<br>"
+              "gradients ready %{customdata[7]} · launch delay %{customdata[8]}<br>"
+              "busbw %{customdata[9]} · exposed %{customdata[10]:.3f} ms<br>%{customdata[11]}<extra></extra>")
+COMPUTE_HOVER = ("<b>%{customdata[0]}</b> · %{customdata[4]}<br>"
+                 "start %{customdata[1]:.3f} ms · end %{customdata[2]:.3f} ms · duration %{customdata[3]:.3f} ms<extra></extra>")
+EXPOSED_HOVER = ("<b>exposed communication</b> · %{customdata[3]}<br>nobody on this rank computes while a collective runs<br>"
+                 "start %{customdata[0]:.3f} ms · end %{customdata[1]:.3f} ms · duration %{customdata[2]:.3f} ms<extra></extra>")
+
+
+def _ms(ns, t0) -> np.ndarray:
+    return (np.asarray(ns, dtype=np.float64) - t0) / 1e6
+
+
+def step_origin(*tables: pd.DataFrame) -> int:
+    """Time zero of a step's timeline: its earliest compute or comm interval on any rank."""
+    starts = [t["start_ns"].min() for t in tables if len(t)]
+    return int(min(starts)) if starts else 0
+
+
+def _key(f: pd.DataFrame) -> np.ndarray:
+    return (f["rank"].to_numpy(np.int64) << 42) | (f["step"].to_numpy(np.int64) << 20) | (f["bucket"].to_numpy(np.int64) & 0xFFFFF)
+
+
+def comm_bars(comm: pd.DataFrame) -> pd.DataFrame:
+    """Rows to draw as comm bars: every bucket, plus collectives that are not the inner call of a
+    bucket already drawn (those would cover their bucket's bar)."""
+    if not len(comm):
+        return comm
+    is_bucket = (comm["kind"] == S.BUCKET).to_numpy()
+    if is_bucket.all():
+        return comm
+    coll = comm[~is_bucket]
+    inner = (coll["bucket"].to_numpy() >= 0) & np.isin(_key(coll), _key(comm[is_bucket]))
+    return pd.concat([comm[is_bucket], coll[~inner]], ignore_index=True)
+
+
+def bucket_param_labels(bmap: pd.DataFrame) -> dict:
+    """(layout, bucket) -> "N params: a, b, c, … (+k)" for hover text, from analysis.bucket_map;
+    layout -1 (not recorded on the event) means the latest layout."""
+    out = {}
+    for (lay, b), f in bmap.groupby(["layout", "bucket"]) if len(bmap) else []:
+        names = f["param"].tolist()
+        more = f", … (+{len(names) - 3})" if len(names) > 3 else ""
+        out[(int(lay), int(b))] = f"{len(names)} params: " + ", ".join(names[:3]) + more
+    if len(bmap):
+        last = int(bmap["layout"].max())
+        out.update({(-1, b): t for (lay, b), t in list(out.items()) if lay == last})
+    return out
+
+
+def _ms_text(x) -> list:
+    return [None if not np.isfinite(v) else f"{v:.3f} ms" for v in np.asarray(x, dtype=float)]
+
+
+class _Rows:
+    """Row numbers (y) and names: per rank, compute then comm, comm 2, ..."""
+
+    def __init__(self, ranks: list[int], labels: dict[int, str], comm_lanes: dict[int, int]):
+        self.names: list[str] = []
+        self.compute_y: dict[int, int] = {}
+        self.comm_y0: dict[int, int] = {}
+        self.rank_ticks: list[int] = []
+        for r in ranks:
+            label = labels.get(r, f"rank {r}")
+            self.compute_y[r] = len(self.names)
+            self.rank_ticks.append(len(self.names))
+            self.names.append(f"{label} · compute")
+            self.comm_y0[r] = len(self.names)
+            for j in range(comm_lanes.get(r, 0)):
+                self.names.append(f"{label} · comm" + (f" {j + 1}" if j else ""))
+
+
+def _bars(name, y, start, end, color, *, role, customdata=None, hover=None, legend=True, text=None, **marker):
+    t = {"type": "bar", "orientation": "h", "name": name, "y": np.asarray(y, dtype=float), "base": start,
+         "x": np.asarray(end) - np.asarray(start), "width": BAND, "showlegend": legend, "legendgroup": name,
+         "marker": {"color": color, **marker}, "meta": {"role": role}}
+    if customdata is not None:
+        t.update(customdata=customdata, hovertemplate=hover)
+    else:
+        t["hoverinfo"] = "skip"
+    if text is not None:
+        t.update(text=text, textposition="inside", insidetextanchor="middle", textfont={"size": 9},
+                 constraintext="inside")
+    return t
+
+
+def _segments(name, y, start, end, color, width, *, role, legend=True, dash=None):
+    n = len(start)
+    xs, ys = np.empty(3 * n), np.empty(3 * n)
+    xs[0::3], xs[1::3], xs[2::3] = start, end, np.nan
+    ys[0::3], ys[1::3], ys[2::3] = y, y, np.nan
+    return {"type": "scattergl", "mode": "lines", "name": name, "x": xs, "y": ys, "hoverinfo": "skip",
+            "line": {"color": color, "width": width, **({"dash": dash} if dash else {})}, "showlegend": legend,
+            "legendgroup": name, "connectgaps": False, "meta": {"role": role}}
+
+
+def _hover_points(name, x, y, customdata, hover):
+    return {"type": "scattergl", "mode": "markers", "name": name, "x": x, "y": y, "customdata": customdata,
+            "hovertemplate": hover, "showlegend": False, "marker": {"size": 5, "color": "rgba(0,0,0,0.25)"},
+            "meta": {"role": "hover"}}
+
+
+def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
+                    labels: dict[int, str] | None = None, t0: int, title: str = "", params: dict | None = None,
+                    x_range: float | None = None, max_height: int = MAX_HEIGHT) -> dict:
+    """Timeline of the given ranks. ``compute`` = analysis.compute_intervals, ``comm`` =
+    analysis.comm_metrics (bucket and collective rows of every rank: waiting is measured against
+    all peers), ``exposed`` = analysis.exposed_intervals; ``labels`` names ranks ("rank 7 ·
+    slowest"); ``params`` maps (layout, bucket) to the parameters a bucket holds."""
+    labels, params = labels or {}, params or {}
+    shown = set(ranks)
+    bars = comm_bars(comm)
+    if len(bars):
+        bars = bars.reset_index(drop=True)
+        bars = pd.concat([bars, collective_parts(bars)], axis=1)
+        bars = bars[bars["rank"].isin(shown)]
+    comm_lanes = bars.groupby("rank")["lane"].max().add(1).to_dict() if len(bars) else {}
+    rows = _Rows(ranks, labels, comm_lanes)
+    n_rows = len(rows.names)
+    gl = n_rows > GL_ROWS
+    px_row = 26 if not gl else max(2.0, min(14.0, 900.0 / max(1, n_rows)))
+    width_px = max(1.0, px_row * BAND)
+    data: list[dict] = []
+
+    comp = compute[compute["rank"].isin(shown)]
+    for kind in (S.FORWARD, S.BACKWARD, S.OPTIMIZER):
+        f = comp[comp["kind"] == kind]
+        if not len(f):
+            continue
+        y = f["rank"].map(rows.compute_y).to_numpy()
+        s, e = _ms(f["start_ns"], t0), _ms(f["end_ns"], t0)
+        label = "backward compute" if kind == S.BACKWARD else kind
+        where = [rows.names[int(v)] for v in y]
+        custom = list(zip([label] * len(f), s, e, e - s, where))
+        if gl:
+            data.append(_segments(label, y, s, e, P.PHASE[kind], width_px, role="bar"))
+            data.append(_hover_points(label, (s + e) / 2, y, custom, COMPUTE_HOVER))
+        else:
+            data.append(_bars(label, y, s, e, P.PHASE[kind], role="bar", customdata=custom, hover=COMPUTE_HOVER))
+
+    ex = exposed[exposed["rank"].isin(shown)]
+    if len(ex):
+        y = ex["rank"].map(rows.compute_y).to_numpy()
+        s, e = _ms(ex["start_ns"], t0), _ms(ex["end_ns"], t0)
+        custom = list(zip(s, e, e - s, [rows.names[int(v)] for v in y]))
+        name = "exposed comm (no compute)"
+        if gl:
+            data.append(_segments(name, y, s, e, P.EXPOSED, width_px, role="exposed"))
+        else:
+            data.append(_bars(name, y, s, e, "rgba(0,0,0,0)", role="exposed", customdata=custom, hover=EXPOSED_HOVER,
+                              pattern={"shape": "/", "fgcolor": P.EXPOSED, "bgcolor": "rgba(0,0,0,0)",
+                                       "fillmode": "overlay", "size": 6, "solidity": 0.5},
+                              line={"width": 1.5, "color": P.EXPOSED}))
+
+    if len(bars):
+        data += _comm_traces(bars, rows, t0, params, gl, width_px)
+
+    height = int(min(max_height, 130 + n_rows * px_row))
+    dense = gl or (height - 130) / max(1, n_rows) < 11      # row labels would print over each other
+    tickvals = list(range(n_rows)) if not dense else rows.rank_ticks
+    ticktext = rows.names if not dense else [rows.names[i].replace(" · compute", "") for i in rows.rank_ticks]
+    if dense and len(tickvals) > 40:
+        every = int(np.ceil(len(tickvals) / 32))
+        tickvals, ticktext = tickvals[::every], ticktext[::every]
+    layout = {
+        "title": {"text": title, "x": 0.01, "y": 0.99, "yanchor": "top", "font": {"size": 14}},
+        "barmode": "overlay", "height": height, "margin": {"l": 150, "r": 20, "t": 80, "b": 40},
+        "xaxis": {"title": {"text": "ms since the step's first event"}, "zeroline": False, "showgrid": True},
+        "yaxis": {"tickvals": tickvals, "ticktext": ticktext, "autorange": "reversed", "zeroline": False,
+                  "showgrid": False, "tickfont": {"size": 10}, "range": None},
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+        "hovermode": "closest", "plot_bgcolor": "#fbfbfd", "uirevision": "timeline",
+        "meta": {"rows": rows.names},
+    }
+    del layout["yaxis"]["range"]
+    if x_range:   # one time axis for every step of the run, so playing shows change, not rescaling
+        layout["xaxis"]["range"] = [-0.01 * x_range, 1.01 * x_range]
+    return {"data": data, "layout": layout}
+
+
+def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float) -> list[dict]:
+    """Per op: the hollow whole span (role "bar": these never overlap within a row), the solid
+    service part inside it, and in SVG the gradient-ready marks."""
+    out = []
+    y_all = bars["rank"].map(rows.comm_y0).to_numpy() + bars["lane"].to_numpy()
+    for op, idx in bars.groupby(bars["op"].astype(str), sort=True).indices.items():
+        f = bars.iloc[idx]
+        y = y_all[idx]
+        s, e = _ms(f["start_ns"], t0), _ms(f["end_ns"], t0)
+        svc = f["service_ns"].to_numpy(dtype=float)
+        svc_start = np.where(np.isnan(svc), s, e - svc / 1e6)
+        color = P.op_color(op)
+        bucket = f["bucket"].to_numpy()
+        is_bucket = (f["kind"] == S.BUCKET).to_numpy()
+        what = np.where(bucket >= 0, "bucket " + bucket.astype(str).astype(object) + " " + op, op or "collective")
+        held = [params.get((int(lay), int(b)), "") for lay, b in zip(f["layout"], bucket)]
+        ready = np.where(f["ready_ns"] >= 0, _ms(f["ready_ns"], t0), np.nan)
+        custom = list(zip(
+            what, [P.fmt_mb(b) for b in f["bytes"]], s, e, e - s,
+            [t or "n/a" for t in _ms_text(f["wait_ns"] / 1e6)], [t or "n/a (clock error)" for t in _ms_text(svc / 1e6)],
+            [("at " + t) if t else "n/a" for t in _ms_text(ready)],
+            [t or "n/a" for t in _ms_text(f["launch_delay_ns"] / 1e6)],
+            [f"{v:.2f} GB/s" if np.isfinite(v) else "n/a" for v in f["busbw_gbps"].to_numpy(dtype=float)],
+            f["exposed_ns"].to_numpy() / 1e6,
+            [f"{rows.names[int(v)]}" + (f"<br>{h}" if h else "") for v, h in zip(y, held)]))
+        name = op or "collective"
+        if gl:
+            out.append(_segments(f"{name} (waiting)", y, s, svc_start, color, max(1.0, width_px * 0.35),
+                                 role="bar", legend=True, dash="dot"))
+            out.append(_segments(name, y, svc_start, e, color, width_px, role="service"))
+            out.append(_hover_points(name, (s + e) / 2, y, custom, COMM_HOVER))
+            continue
+        text = np.where(is_bucket, "b" + bucket.astype(str).astype(object), "").tolist()
+        out.append(_bars(f"{name} waiting (hollow)", y, s, e, "rgba(255,255,255,0.9)", role="bar", customdata=custom,
+                         hover=COMM_HOVER, line={"width": 1.5, "color": color}))
+        out.append(_bars(name, y, svc_start, e, color, role="service", customdata=custom, hover=COMM_HOVER,
+                         text=text, line={"width": 0.5, "color": color}))
+        has_ready = np.isfinite(ready)
+        if has_ready.any():
+            out.append({"type": "scatter", "mode": "markers", "name": "gradients ready", "x": ready[has_ready],
+                        "y": y[has_ready] - BAND / 2 - 0.05, "hovertemplate": "gradients ready %{x:.3f} ms<extra></extra>",
+                        "marker": {"symbol": "triangle-down", "size": 6, "color": P.READY}, "legendgroup": "ready",
+                        "showlegend": False, "meta": {"role": "mark"}})
+    return out

@@ -1,0 +1,37 @@
+"""The Distributed view's numbers (analysis/distributed.py) on hand-built traces."""
+from __future__ import annotations
+
+import numpy as np
+
+from syncviz.analysis.distributed import BREAKDOWN, collective_kinds, rank_breakdown
+from syncviz.trace import load_run
+from tracebuild import MS, make_ddp_run
+
+
+def test_breakdown_by_hand(tmp_path):
+    """tracebuild's step: compute 35 ms (bucket 0 [16, 26] under backward), bucket 1 [30, 40]
+    alone, step 45 ms. Rank 1 launches bucket 1 3 ms late, so rank 0's bucket 1 waits 3 ms of its
+    10 exposed ms for it."""
+    run = load_run(make_ddp_run(tmp_path / "r", straggler=1, straggle_ms=3))
+    b = rank_breakdown(run.events).set_index("rank")
+    assert b.loc[0, "computation_ns"] == 25 * MS and b.loc[0, "overlapped_ns"] == 10 * MS
+    assert b.loc[0, "waiting_ns"] == 3 * MS and b.loc[0, "communication_ns"] == 7 * MS
+    assert b.loc[0, "other_ns"] == 0
+    assert b.loc[1, "waiting_ns"] == 0 and b.loc[1, "communication_ns"] == 10 * MS
+    assert np.allclose(b[list(BREAKDOWN)].sum(axis=1), b["step_ns"])       # the parts add up
+
+
+def test_collective_kinds_by_hand(tmp_path):
+    run = load_run(make_ddp_run(tmp_path / "r"))
+    k = collective_kinds(run.events).set_index("op")
+    assert list(k.index) == ["all_reduce"]
+    row = k.loc["all_reduce"]
+    # per rank and step: 2 buckets, 4 + 2 MB, 10 ms each; 2 ranks: bus factor 2(n-1)/n = 1
+    assert row["calls"] == 2 and row["bytes"] == 6e6 and row["bus_bytes"] == 6e6
+    assert row["time_ns"] == 20 * MS and row["mean_ns"] == 10 * MS
+
+
+def test_empty(tmp_path):
+    run = load_run(make_ddp_run(tmp_path / "r"))
+    none = run.events.iloc[:0]
+    assert len(rank_breakdown(none)) == 0 and len(collective_kinds(none)) == 0

@@ -1,0 +1,124 @@
+"""The step timeline (views/timeline.py) and what it draws from (analysis/timeline.py), on
+hand-built traces: real ranks picked by step time, collectives split into waiting and service,
+and no two bars of one row overlapping in time (the overdraw that hid queued buckets and ZeRO-3's
+all-gathers)."""
+from __future__ import annotations
+
+import numpy as np
+
+from syncviz import analysis as A
+from syncviz.trace import load_run, new_meta, write_run
+from syncviz.trace import schema as S
+from syncviz.views.timeline import step_origin, timeline_figure
+from tracebuild import MS, columns, ev, make_ddp_run
+
+
+def test_representative_ranks_are_real_ranks_by_step_time(tmp_path):
+    run = load_run(make_ddp_run(tmp_path / "r", world=5, straggler=3, straggle_ms=4))
+    steps = A.step_metrics(run)
+    one = steps[steps["step"] == 1]
+    # ranks 0,1,2,4 take 45 ms, rank 3 49 ms: fastest 0 (lowest on ties), lower median 2, slowest 3
+    assert A.representative_ranks(one) == [(0, ["fastest step"]), (2, ["median step"]), (3, ["slowest step"])]
+    late = A.launch_lateness(run.events[run.events["step"] == 1])
+    assert A.latest_launcher(late) == 3                       # launched bucket 1 4 ms after the others
+    assert A.representative_ranks(one, late)[-1] == (3, ["slowest step", "straggler"])
+    two = A.representative_ranks(one[one["rank"].isin([0, 3])])
+    assert two == [(0, ["fastest step", "median step"]), (3, ["slowest step"])]   # a rank is listed once
+    assert A.representative_ranks(steps.iloc[:0]) == [] and A.latest_launcher(late.iloc[:0]) is None
+
+
+def test_waiting_and_service_split(tmp_path):
+    """Rank 1 launches bucket 1 3 ms late (33 vs 30): rank 0's bucket 1 [30, 40] waited 3 ms for
+    it and was served 7 ms; bucket 0 [16, 26] was served from its start."""
+    run = load_run(make_ddp_run(tmp_path / "s", straggler=1, straggle_ms=3))
+    comm = A.comm_metrics(run, kinds=S.COMM_KINDS)
+    parts = A.collective_parts(comm)
+    r0 = comm.join(parts)[(comm["rank"] == 0) & (comm["step"] == 1)].set_index("bucket")
+    assert r0.loc[1, "wait_ns"] == 3 * MS and r0.loc[1, "service_ns"] == 7 * MS
+    assert r0.loc[0, "wait_ns"] == 0 and r0.loc[0, "service_ns"] == 10 * MS
+    assert (parts["lane"] == 0).all()            # one bucket at a time on each rank
+
+
+def zero3_like_run(path):
+    """One rank, one step: backward all-gathers issued while a reduce-scatter is in flight."""
+    evs = [ev("step", 0, 60), ev("forward", 0, 20), ev("backward", 20, 50), ev("optimizer", 50, 60),
+           ev("collective", 1, 5, op="all_gather", nbytes=1_000_000),
+           ev("collective", 22, 40, op="reduce_scatter", nbytes=2_000_000),
+           ev("collective", 25, 30, op="all_gather", nbytes=1_000_000),     # under the reduce-scatter
+           ev("collective", 28, 35, op="all_gather", nbytes=1_000_000),     # and under the one before
+           ev("collective", 41, 52, op="reduce_scatter", nbytes=2_000_000)]
+    for e in evs:
+        e["group_size"] = 1
+    meta = new_meta(path.name, 1, strategy="zero3", backend="gloo", device="cpu")
+    return write_run(path, meta, {0: [columns(evs)]})
+
+
+def bars_by_row(fig) -> dict:
+    """(start, end) of every primary bar per row: the hollow whole span of collectives and the
+    compute bars (role "bar"); service parts sit inside their own collective's bar."""
+    rows: dict[float, list] = {}
+    for t in fig["data"]:
+        if t.get("meta", {}).get("role") != "bar" or t["type"] != "bar":
+            continue
+        for y, b, x in zip(t["y"], t["base"], t["x"]):
+            rows.setdefault(float(y), []).append((float(b), float(b) + float(x), t["name"]))
+    return rows
+
+
+def assert_no_overlap(fig):
+    for y, bars in bars_by_row(fig).items():
+        bars.sort()
+        for (s0, e0, n0), (s1, e1, n1) in zip(bars, bars[1:]):
+            assert s1 >= e0 - 1e-9, f"row {fig['layout']['meta']['rows'][int(y)]}: {n0} [{s0}, {e0}] and {n1} [{s1}, {e1}] overlap"
+
+
+def test_zero3_all_gathers_get_their_own_rows(tmp_path):
+    run = load_run(zero3_like_run(tmp_path / "z"))
+    ev_ = run.events
+    comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
+    fig = timeline_figure(comp, comm, exp, ranks=[0], t0=step_origin(comp, comm))
+    assert_no_overlap(fig)
+    rows = fig["layout"]["meta"]["rows"]
+    assert rows == ["rank 0 · compute", "rank 0 · comm", "rank 0 · comm 2", "rank 0 · comm 3"]
+    ag = next(t for t in fig["data"] if t["name"] == "all_gather waiting (hollow)")
+    assert len(ag["y"]) == 3 and len(set(np.asarray(ag["y"])[1:].tolist())) == 2   # the two backward AGs apart
+    # hover: start, end and duration, not "start + end"
+    c = ag["customdata"][1]
+    assert "start %{customdata[2]:.3f} ms · end %{customdata[3]:.3f} ms · duration %{customdata[4]:.3f}" in ag["hovertemplate"]
+    assert (c[2], c[3], c[4]) == (25.0, 30.0, 5.0) and c[1] == "1.00 MB"
+
+
+def test_old_single_row_layout_would_overlap(tmp_path):
+    """The check above can fail: the same bars on one row per rank (as drawn before) overlap."""
+    run = load_run(zero3_like_run(tmp_path / "z"))
+    comm = A.comm_metrics(run.events, kinds=S.COMM_KINDS)
+    s, e = comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy()
+    order = np.argsort(s)
+    assert (s[order][1:] < np.maximum.accumulate(e[order])[:-1]).any()
+    assert A.lanes(s, e).max() == 2
+
+
+def test_exposed_is_marked_on_the_compute_row(tmp_path):
+    run = load_run(make_ddp_run(tmp_path / "d"))
+    ev_ = run.events[run.events["step"] == 1]
+    comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
+    fig = timeline_figure(comp, comm, exp, ranks=[0, 1], labels={1: "rank 1 · slowest"}, t0=step_origin(comp, comm))
+    assert_no_overlap(fig)
+    ex = next(t for t in fig["data"] if t["meta"]["role"] == "exposed")
+    rows = fig["layout"]["meta"]["rows"]
+    assert [rows[int(y)] for y in ex["y"]] == ["rank 0 · compute", "rank 1 · slowest · compute"]
+    assert np.allclose(ex["base"], [30.0, 30.0]) and np.allclose(ex["x"], [10.0, 10.0])   # bucket 1 after backward
+    assert all("−" not in t and not t.lstrip("-").replace(".", "").isdigit() for t in fig["layout"]["yaxis"]["ticktext"])
+
+
+def test_bucket_map_hover_gives_each_parameters_own_size(tmp_path):
+    """A stacked bar with a base hovers %{y} as its top (base + size): the hover must read the
+    parameter's own size from customdata (a 0.59 MB parameter showed as 5.12 MB)."""
+    from syncviz.dashboard.figures.charts import bucket_map_figure
+    run = load_run(make_ddp_run(tmp_path / "b"))
+    fig = bucket_map_figure(A.bucket_map(run.layouts))
+    t = fig["data"][0]
+    assert "%{y" not in t["hovertemplate"] and "%{customdata[5]:.2f} MB" in t["hovertemplate"]
+    sizes = [round(c[5], 6) for c in t["customdata"]]
+    assert sorted(sizes) == [2.0, 4.0]          # fc1.weight 500k floats, fc2.weight 1M floats, in MB
+    assert np.allclose(sorted(t["y"]), [2.0, 4.0])
