@@ -5,10 +5,11 @@ from __future__ import annotations
 import pandas as pd
 
 from syncviz.dashboard.figures.timeline import empty_figure
+from syncviz.views import palette as P
 
 MARGIN = {"l": 70, "r": 20, "t": 48, "b": 44}
-RANK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
-PHASE_COLORS = {"reduce-scatter": "#1f77b4", "all-gather": "#2ca02c"}
+RANK_COLORS = (P.BLUE, P.ORANGE, P.GREEN, P.PURPLE, P.SKY, P.VERMILLION, P.YELLOW, P.BLACK)
+PHASE_COLORS = {"reduce-scatter": P.OP["reduce_scatter"], "all-gather": P.OP["all_gather"]}
 
 
 def _title(text):
@@ -26,7 +27,7 @@ def averaging_figure(check: pd.DataFrame, step: int | None = None, max_params: i
     scale = [max(max(abs(v) for v in b), abs(a), 1e-30) for b, a in zip(c["before"], c["after"])]
     x = list(c["param"])
     data = [{"type": "bar", "x": x, "y": [a / s for a, s in zip(c["after"], scale)], "name": "after all-reduce (every rank)",
-             "marker": {"color": "rgba(44,160,44,0.35)", "line": {"color": "#2ca02c", "width": 1.5}},
+             "marker": {"color": "rgba(0,158,115,0.35)", "line": {"color": P.GREEN, "width": 1.5}},
              "customdata": list(c["after"]), "hovertemplate": "%{x}<br>after: %{customdata:.7g}<extra></extra>"}]
     for r in range(int(c["ranks"].max())):
         vals = [b[r] for b in c["before"]]
@@ -54,7 +55,7 @@ def ring_animation(states: list[dict], n: int, chunk_mb: float) -> dict:
     def heat(st):
         z = st["counts"]
         return {"type": "heatmap", "z": z, "x": chunks, "y": ranks, "zmin": 1, "zmax": n,
-                "colorscale": [[0, "#f0f4fa"], [1, "#1f77b4"]], "showscale": False,
+                "colorscale": [[0, "#f0f4fa"], [1, P.BLUE]], "showscale": False,
                 "text": [[("sum" if v == n else f"{v}/{n}") for v in row] for row in z],
                 "texttemplate": "%{text}", "hovertemplate": "%{y}, %{x}: %{z} of " + str(n) + " ranks<extra></extra>"}
 
@@ -116,17 +117,17 @@ def ring_bytes_figure(results: list[dict]) -> dict:
         return [max(x[key]["kernel_bytes"] for x in r["ranks"]) / 1e6 for r in results]
     data = [
         {"type": "scatter", "mode": "lines", "x": ns, "y": [2 * (n - 1) / n * d for n in ns], "name": "ring 2(N−1)/N·D",
-         "line": {"color": "#1f77b4", "dash": "dash"}},
+         "line": {"color": P.BLUE, "dash": "dash"}},
         {"type": "scatter", "mode": "lines", "x": ns, "y": [(n - 1) * d for n in ns], "name": "naive (N−1)·D",
-         "line": {"color": "#d62728", "dash": "dash"}},
+         "line": {"color": P.VERMILLION, "dash": "dash"}},
         {"type": "scatter", "mode": "markers", "x": ns, "y": measured("ring"), "name": "ring, measured",
-         "marker": {"color": "#1f77b4", "size": 11}},
+         "marker": {"color": P.BLUE, "size": 11}},
         {"type": "scatter", "mode": "markers", "x": ns, "y": measured("all_to_all"), "name": "all-to-all, measured",
-         "marker": {"color": "#d62728", "size": 11, "symbol": "square"}},
+         "marker": {"color": P.VERMILLION, "size": 11, "symbol": "square"}},
         {"type": "scatter", "mode": "markers", "x": ns, "y": measured("parameter_server"),
-         "name": "parameter server (server), measured", "marker": {"color": "#ff7f0e", "size": 11, "symbol": "diamond"}},
+         "name": "parameter server (server), measured", "marker": {"color": P.ORANGE, "size": 11, "symbol": "diamond"}},
         {"type": "scatter", "mode": "markers", "x": ns, "y": measured("torch_all_reduce"), "name": "gloo all_reduce, measured",
-         "marker": {"color": "#2ca02c", "size": 9, "symbol": "x"}}]
+         "marker": {"color": P.GREEN, "size": 9, "symbol": "x"}}]
     return {"data": data, "layout": {"title": _title(f"MB each rank sends to all-reduce D = {d:.3g} MB "
                                                      "(measured: /proc/self/io)"),
                                      "height": 360, "margin": MARGIN, "xaxis": {"title": "ranks N", "tickvals": ns},
@@ -141,7 +142,7 @@ def memory_figure(numbers: dict, gpu_gb: float = 80.0) -> dict:
     labels = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
     return {"data": [{"type": "bar", "x": [labels[k] for k in keys], "y": [numbers[k] for k in keys],
                       "text": [f"{numbers[k]:g} GB" for k in keys], "textposition": "outside",
-                      "marker": {"color": ["#d62728" if numbers[k] > gpu_gb else "#2ca02c" for k in keys]}}],
+                      "marker": {"color": [P.VERMILLION if numbers[k] > gpu_gb else P.BLUE for k in keys]}}],
             "layout": {"title": _title("70B parameters on 8 GPUs, K = 8: model states per GPU"), "height": 340,
                        "margin": MARGIN, "yaxis": {"title": "GB per GPU"},
                        "shapes": [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": gpu_gb, "y1": gpu_gb,

@@ -28,7 +28,8 @@ MEMORY = {"parameters": BLUE, "gradients": SKY, "optimizer state": YELLOW,
 BUCKET_SCALE = "Viridis"
 HEAT_SCALE = "Oranges"
 
-# One size unit everywhere: MB = 10^6 bytes (as nccl-tests and torch's bucket_cap_mb count).
+# One size unit everywhere: MB = 10^6 bytes, as nccl-tests counts (torch's bucket_cap_mb is in MiB:
+# where a cap is shown, it is converted).
 MB = 1e6
 SIZE_UNIT = "MB"
 
