@@ -100,8 +100,8 @@ def top_exposed(comm: pd.DataFrame, n: int = 5) -> list[dict]:
     return [{"kind": r["kind"], "bucket": int(r["bucket"]), "name": r["name"], "op": r["op"],
              "bytes": int(r["bytes"]), "exposed_ms_per_event": _ms(r["exposed_ns"] / r["count"]),
              "exposed_ms_per_step": _ms(r["exposed_ns"] / rank_steps),
-             "exposed_share_pct": 100.0 * r["exposed_ns"] / total if total else 0.0,
-             "after_backward_pct": 100.0 * r["after_backward_ns"] / r["exposed_ns"] if r["exposed_ns"] else 0.0}
+             "exposed_share_pct": float(100.0 * r["exposed_ns"] / total) if total else 0.0,
+             "after_backward_pct": float(100.0 * r["after_backward_ns"] / r["exposed_ns"]) if r["exposed_ns"] else 0.0}
             for _, r in agg.iterrows()]
 
 
@@ -131,3 +131,19 @@ def verdict(s: dict) -> str:
     if s.get("straggler_detail"):
         text += "; " + straggler_text(s["straggler_detail"])
     return text + "."
+
+
+def headline_rows(s: dict) -> list[tuple[str, float | str]]:
+    """(label, value) pairs of the headline, for every view that lists it (exports, dashboard):
+    one set of labels and numbers, each label saying its aggregate."""
+    agg = "mean over rank-steps"
+    st = s.get("straggler_detail")
+    return [(f"step (ms, {agg})", s["step_ms"]), (f"compute (ms, {agg})", s["compute_ms"]),
+            (f"comm busy (ms, {agg})", s["comm_busy_ms"]), (f"exposed comm (ms, {agg})", s["exposed_ms"]),
+            ("exposed % (exposed / comm busy)", s["exposed_pct"]), ("overlap % (100 − exposed %)", s["overlap_pct"]),
+            ("compute/comm ratio (fwd+bwd+opt / comm busy)", s["compute_comm_ratio"]),
+            ("queue per collective (ms, median)", s["queue_ms"]), ("service per collective (ms, median)", s["service_ms"]),
+            ("busbw on service time (GB/s, median)", s["busbw_gbps"]),
+            (f"bytes per step (MB, {agg})", s["bytes_per_step"] / 1e6),
+            ("straggler", f"rank {st['rank']} (last in {st['last']} of {st['events']})" if st else "none"),
+            ("max launch skew (ms)", s["max_skew_ms"])]
