@@ -37,8 +37,9 @@ TIME_COLUMNS = ["joined_ns", "service_start_ns", "queue_ns", "queued_ns", "wait_
 
 def _prev_done(rank: np.ndarray, stream: np.ndarray, launch: np.ndarray, end: np.ndarray):
     """For rows of one frame: the latest done among the rows launched earlier on the same (rank,
-    stream), in launch order (NaN for the first). Returns (order, prev_done_in_order)."""
-    order = np.lexsort((-end, launch, stream, rank))
+    stream), in launch order (NaN for the first). Rows launched at the same instant keep their
+    order in the frame (the order the rank issued them). Returns (order, prev_done_in_order)."""
+    order = np.lexsort((np.arange(len(rank)), launch, stream, rank))
     g = pd.Series(rank[order].astype(np.int64) * 2 + stream[order].astype(np.int64))
     cm = pd.Series(end[order].astype(float)).groupby(g.to_numpy()).cummax()
     prev = cm.groupby(g.to_numpy()).shift(1).to_numpy()
@@ -159,7 +160,15 @@ def straggler_table(comm: pd.DataFrame) -> pd.DataFrame:
 
 def binomial_tail(k: int, n: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p)."""
-    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    i = np.arange(k, n + 1, dtype=float)
+    # in log space: runs have thousands of collectives
+    logpmf = (math.lgamma(n + 1) - np.array([math.lgamma(x + 1) + math.lgamma(n - x + 1) for x in i])
+              + i * math.log(p) + (n - i) * math.log1p(-p))
+    return float(min(1.0, np.exp(logpmf).sum()))
 
 
 # A rank is "consistently last" when launching last that often would happen by chance (each of the
