@@ -124,7 +124,7 @@ def straggler_table(comm: pd.DataFrame) -> pd.DataFrame:
     launched last (``last``, of the ``events`` it took part in that had one last rank), its mean
     lateness over all its events (launch − earliest launch, ms) and
     the time the other ranks waited for it (Σ over the events it launched last of the other
-    ranks' launch gaps to it, ms per step)."""
+    ranks' ``wait_peers_ns``, ms per step; the launch gaps when that column is absent)."""
     cols = ["rank", "events", "last", "last_pct", "mean_late_ms", "waited_for_ms_per_step"]
     if not len(comm):
         return pd.DataFrame(columns=cols)
@@ -147,7 +147,14 @@ def straggler_table(comm: pd.DataFrame) -> pd.DataFrame:
     at_max = c["launch_ns"] == last
     c["unique_last"] = at_max.groupby([c[k] for k in key + ["occ"]], observed=True).transform("sum") == 1
     c["is_last"] = at_max & c["unique_last"]
-    c["wait_caused"] = np.where(c["is_last"], g["launch_ns"].transform("sum").rsub(last * c["n"]), 0)
+    # Time the others waited for the last rank: their wait_peers_ns on this event (disjoint along
+    # each rank's stream, so it adds up to wall time); the launch gaps where it is not known.
+    if "wait_peers_ns" in comm:
+        waits = comm.loc[c.index, "wait_peers_ns"].fillna(0).to_numpy(dtype=float)
+        event_wait = pd.Series(waits, index=c.index).groupby([c[k] for k in key + ["occ"]], observed=True).transform("sum")
+    else:
+        event_wait = g["launch_ns"].transform("sum").rsub(last * c["n"])
+    c["wait_caused"] = np.where(c["is_last"], event_wait, 0)
     nsteps = max(1, c["step"].nunique())
     per = c.groupby("rank").agg(events=("unique_last", "sum"), last=("is_last", "sum"), mean_late_ns=("late", "mean"),
                                 wait_ns=("wait_caused", "sum"))

@@ -124,9 +124,10 @@ def predict(profile: Profile, cfg: SimConfig, ranks=None) -> dict:
 
 
 def headline_means(run_or_events) -> dict:
-    """Means over the headline (rank, step) rows of step time and exposed comm, in ms. The
-    summary's medians are fragile when exposed comm is bimodal (on 2 ranks the faster one waits
-    for the slower one every step, the slower one does not); means are not."""
+    """Means over the headline (rank, step) rows of step time and exposed comm, in ms: since
+    issue 11 the same aggregate as run_summary's headline (medians were fragile when exposed comm
+    is bimodal: on 2 ranks the faster one waits for the slower one every step, the slower one
+    does not)."""
     from syncviz import analysis as A
     h = A.headline_steps(A.step_metrics(run_or_events))
     return {"step_mean_ms": float(h["step_ns"].mean()) / 1e6, "exposed_mean_ms": float(h["exposed_ns"].mean()) / 1e6}
