@@ -133,6 +133,7 @@ def test_straggler_from_the_whole_run(tmp_path):
     assert st["mean_late_ms"] == pytest.approx(0.1)      # 0.2 ms late on 1 of its 2 buckets
     assert st["waited_for_ms_per_step"] == pytest.approx(0.2)
     assert "rank 1 is the straggler: it launched last in 8 of 8 collectives (100%)" in s["verdict"]
+    assert "(100% of their waiting for peers)" in s["verdict"]
     table = {r["rank"]: r for r in s["stragglers"]}
     assert table[0]["last"] == 0 and table[0]["mean_late_ms"] == 0
 
@@ -144,9 +145,15 @@ def test_no_straggler_when_not_consistent(tmp_path):
     # 5 of 8 on 2 ranks happens by chance (p = 0.36): not named
     t = A.straggler_table(A.comm_metrics(run))
     t.loc[:, "events"], t.loc[:, "last"] = 8, [3, 5]
-    t.loc[:, "mean_late_ms"] = [0.1, 0.2]
+    t.loc[:, "mean_late_ms"], t.loc[:, "waited_for_ms_per_step"] = [0.1, 0.2], [0.1, 0.9]
     assert A.straggler(t, 2) is None
     t.loc[:, "last"] = [0, 8]
-    assert A.straggler(t, 2)["rank"] == 1
+    st = A.straggler(t, 2)
+    assert st["rank"] == 1 and st["wait_share_pct"] == pytest.approx(90.0)
     # lateness inside the clock alignment error: order unknown, not named
     assert A.straggler(t, 2, clock_error_ns=0.5 * MS) is None
+    # last in 12 of 16 (p = 0.038) but the others waited about as long for rank 0: not named
+    t.loc[:, "events"], t.loc[:, "last"], t.loc[:, "waited_for_ms_per_step"] = 16, [4, 12], [8.0, 10.0]
+    assert A.straggler(t, 2) is None
+    t.loc[:, "waited_for_ms_per_step"] = [0.5, 25.0]          # measured in a real run: 98% of the waiting
+    assert A.straggler(t, 2)["rank"] == 1

@@ -110,7 +110,7 @@ def straggler_text(st: dict | None) -> str:
         return ""
     return (f"rank {st['rank']} is the straggler: it launched last in {st['last']} of {st['events']} collectives "
             f"({st['last_pct']:.0f}%), {st['mean_late_ms']:.2f} ms late on average; the others waited "
-            f"{st['waited_for_ms_per_step']:.2f} ms per step for it")
+            f"{st['waited_for_ms_per_step']:.2f} ms per step for it ({st['wait_share_pct']:.0f}% of their waiting for peers)")
 
 
 def verdict(s: dict) -> str:
