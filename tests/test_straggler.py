@@ -1,6 +1,6 @@
-"""A rank slowed on purpose (a sleep before each forward, real 2-rank gloo DDP under `syncviz
+"""A rank slowed on purpose (a 100 ms sleep before each forward, real 2-rank gloo DDP under `syncviz
 trace`) is named the run's straggler in 10 of 10 runs, for each rank in turn (issue 11). The runs
-go four at a time (each a torchrun with its own --standalone rendezvous port)."""
+go two at a time (each a torchrun with its own --standalone rendezvous port)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +16,7 @@ from syncviz.trace import load_run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SCRIPT = Path(__file__).parent / "scripts" / "straggler_train.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-RUNS, SLEEP_MS, STEPS, PARALLEL = 10, 30, 6, 4
+RUNS, SLEEP_MS, STEPS, PARALLEL = 10, 100, 6, 2
 
 
 def start(out: Path, slow: int) -> subprocess.Popen:
