@@ -157,3 +157,17 @@ def test_no_straggler_when_not_consistent(tmp_path):
     assert A.straggler(t, 2) is None
     t.loc[:, "waited_for_ms_per_step"] = [0.5, 25.0]          # measured in a real run: 98% of the waiting
     assert A.straggler(t, 2)["rank"] == 1
+
+
+def test_straggler_among_eight_ranks(tmp_path):
+    """dashboard.data.synth: rank 3's backward is 3 ms slower on 8 ranks with jitter. Every other
+    rank also makes the rest wait a little now and then, so rank 3 causes well under 2/3 of all
+    waiting — it is compared with the runner-up, and named."""
+    from syncviz.dashboard.data.synth import write_synth_run
+    run = load_run(write_synth_run(tmp_path / "s", world=8, steps=12, n_buckets=10, straggler=3, straggle_ms=3))
+    s = A.run_summary(run)
+    assert s["straggler"] == 3
+    table = {r["rank"]: r for r in s["stragglers"]}
+    assert table[3]["waited_for_ms_per_step"] >= 2 * max(r["waited_for_ms_per_step"] for k, r in table.items() if k != 3)
+    run = load_run(write_synth_run(tmp_path / "n", world=8, steps=12, n_buckets=10))
+    assert A.run_summary(run)["straggler"] is None

@@ -20,7 +20,6 @@ that are ratios of each other agree as printed:
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from syncviz.analysis import queueing as Q
@@ -74,9 +73,11 @@ def run_summary(run: Run) -> dict:
     out["straggler"] = st["rank"] if st else None
     late = table["mean_late_ms"].max() if len(table) else 0.0
     out["max_mean_late_ms"] = float(late) if late == late else 0.0
-    spread = hw.groupby(["step", "micro", "kind", "bucket", "name"], observed=True)["launch_ns"].agg(np.ptp) \
-        if len(hw) else pd.Series(dtype=float)
-    out["max_skew_ms"] = _ms(spread.max()) if len(spread) else 0.0
+    if len(hw):
+        g = hw.groupby(["step", "micro", "kind", "bucket", "name"], observed=True)["launch_ns"]
+        out["max_skew_ms"] = _ms((g.max() - g.min()).max())
+    else:
+        out["max_skew_ms"] = 0.0
     out["top_exposed"] = top_exposed(hw)
     out["verdict"] = verdict(out)
     return out
