@@ -94,12 +94,13 @@ def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
 
 def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFrame:
     """One row per (layout, bucket) of bucket rows from comm_metrics: parameter count (from one
-    rank's layout), bytes, dtype, and median launch delay, queue (of it waiting for peers),
+    rank's layout), bytes, dtype, and median launch delay, hook entry → launch, queue (of it waiting for peers),
     service time (``duration_ns``), algbw, busbw (on service time) and attributed exposed time."""
     lay = layouts[layouts["rank"] == layouts["rank"].min()] if len(layouts) else layouts
     nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
     g = comm.groupby(["layout", "bucket"]).agg(
         bytes=("bytes", "max"), dtype=("dtype", "first"), launch_delay_ns=("launch_delay_ns", "median"),
+        hook_to_launch_ns=("hook_to_launch_ns", "median"),
         queue_ns=("queue_ns", "median"), wait_peers_ns=("wait_peers_ns", "median"),
         duration_ns=("duration_ns", "median"), algbw_gbps=("algbw_gbps", "median"),
         busbw_gbps=("busbw_gbps", "median"), exposed_ns=("exposed_ns", "median"))

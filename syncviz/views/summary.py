@@ -42,17 +42,19 @@ def step_table(run: Run, steps: pd.DataFrame) -> Table:
 
 
 def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
-    t = Table(title="Per bucket (median over headline steps and ranks; queue = launch → service start, "
+    t = Table(title="Per bucket (median over headline steps and ranks; hook = comm-hook entry → collective call; "
+              "queue = call → service start, "
               "of it waiting for peers; service = service start → done; bandwidths on service time)",
               title_justify="left")
-    for c in ("layout", "bucket", "params", "MB", "dtype", "delay ms", "queue ms", "peers ms", "service ms",
+    for c in ("layout", "bucket", "params", "MB", "dtype", "delay ms", "hook ms", "queue ms", "peers ms", "service ms",
               "algbw GB/s", "busbw GB/s", "exposed ms"):
         t.add_column(c, justify="right")
     if not len(buckets):
         return t
     for (layout, bucket), r in A.bucket_layout_table(buckets, run.layouts).iterrows():
         t.add_row(str(layout), str(bucket), str(r["params"]), _mb(r["bytes"]), r["dtype"],
-                  _f(r["launch_delay_ns"] / 1e6), _f(r["queue_ns"] / 1e6), _f(r["wait_peers_ns"] / 1e6),
+                  _f(r["launch_delay_ns"] / 1e6), _f(r["hook_to_launch_ns"] / 1e6), _f(r["queue_ns"] / 1e6),
+                  _f(r["wait_peers_ns"] / 1e6),
                   _f(r["duration_ns"] / 1e6), _f(r["algbw_gbps"], "{:.3f}"),
                   _f(r["busbw_gbps"], "{:.3f}"), _f(r["exposed_ns"] / 1e6))
     return t
