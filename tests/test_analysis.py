@@ -79,7 +79,7 @@ def test_run_summary_and_verdict(ddp_run):
     s = A.run_summary(load_run(ddp_run))
     assert s["headline_steps"] == [1, 2]
     assert s["exposed_pct"] == 50.0 and s["step_ms"] == 45.0
-    assert s["verdict"].startswith("50% of communication is exposed, mostly bucket 1 after backward ends")
+    assert s["verdict"].startswith("50% of communication is exposed (10.00 of 20.00 ms per step), mostly bucket 1 after backward ends")
 
 
 def test_large_trace_is_vectorized(tmp_path):

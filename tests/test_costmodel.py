@@ -171,7 +171,11 @@ def test_comm_service_removes_queueing_and_waiting(ddp_run):
     assert np.allclose(svc["service_ns"], 10e6)
     run = load_run(make_ddp_run(ddp_run.parent / "strag", straggler=1, straggle_ms=5.0))
     comm = A.comm_metrics(run)
-    svc = comm.join(A.comm_service(comm))
+    # comm_metrics carries the same numbers comm_service gives the fit (one definition)
+    assert A.comm_service(comm)["service_ns"].equals(comm["service_ns"])
+    assert A.comm_service(comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "end_ns"]]
+                          )["service_ns"].equals(comm["service_ns"])
+    svc = comm
     b1 = svc[svc["bucket"] == 1]
     # rank 0 launched at 30 and finished at 40; rank 1 joined at 35: only 5 ms were service
     assert np.allclose(b1[b1["rank"] == 0]["service_ns"], 5e6)
@@ -206,3 +210,21 @@ def test_fit_needs_two_events():
         FIT.fit_alpha_beta(pd.DataFrame({"step": [1], "bytes": [10], "group_size": [2], "op": ["all_reduce"],
                                         "service_ns": [5.0]}))
     assert math.isfinite(CM.LINKS["nvlink"].beta)
+
+
+def test_one_optimizer_state_convention():
+    """K = 8 (Adam m, v in fp32) by default in the cost model, the simulator's presets and CLIs;
+    12 (+ fp32 master copy) only when asked for, and said next to every memory figure."""
+    from click.testing import CliRunner as Runner
+
+    from syncviz.model import simulate as SIM
+    from syncviz.model.simprofile import MODELS, ModelSpec, profile_from_spec
+    assert CM.MemorySpec(params=1).k == CM.DEFAULT_OPTIMIZER_STATE_BYTES == 8
+    assert all(m.optimizer_bytes + m.master_bytes == 8 for m in MODELS.values())
+    prof = profile_from_spec(ModelSpec("70b", 70_000_000_000, 80, 4096, 400.0))
+    assert SIM.memory_for(prof, "zero2", 8).gpu == pytest.approx(227.5e9)
+    assert SIM.memory_for(SIM.with_optimizer_state_bytes(prof, 12), "zero2", 8).gpu == pytest.approx(262.5e9)
+    assert CM.k_note(12) == "optimizer state K = 12 B/param (Adam m, v and an fp32 master copy (ZeRO paper))"
+    for cmd in (["simulate", "--help"], ["advise", "--help"]):
+        out = Runner().invoke(cli, cmd, terminal_width=200).output
+        assert "--optimizer-state-bytes [8|12]" in out and "default: 8" in out, cmd

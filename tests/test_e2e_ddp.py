@@ -156,6 +156,10 @@ def test_cross_check_against_ddp_timers_and_profiler(tmp_path):
     assert np.median(np.abs(ddp["comm_rel"])) < 0.15
     # DDP's backward starts at the end of forward, ours at the output's grad_fn: ours is ≤ DDP's
     assert np.median(ddp["backward_rel"]) <= 0.02 and np.median(ddp["backward_rel"]) > -0.35
+    # exposed comm per (rank, step) against the same definition rebuilt from the profiler alone
+    from crosscheck import compare_exposed
+    ex = compare_exposed(run, tmp_path)
+    assert ex["n"] == 2 * 4 and abs(np.nanmedian(ex["rel"])) < 0.10
 
 
 def test_trace_bad_arguments(tmp_path):

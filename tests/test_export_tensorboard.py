@@ -42,7 +42,9 @@ def test_event_files_hold_analysis_numbers(tmp_path):
     assert [e.value for e in ea.Scalars("per_rank/step_ms/rank-1")] == pytest.approx([48.0] * 3)
     assert {"buckets/duration_ms", "buckets/exposed_ms", "buckets/launch_delay_ms"} <= set(tags["histograms"])
     h = ea.Histograms("buckets/duration_ms")[0].histogram_value
-    assert h.num == 4 and h.min == pytest.approx(10.0) and h.max == pytest.approx(10.0)
+    # duration = service time: rank 0's bucket 1 waited 3 ms for rank 1 (launched at 33, done at 40)
+    assert h.num == 4 and h.min == pytest.approx(7.0) and h.max == pytest.approx(10.0)
+    assert "buckets/queue_ms" in tags["histograms"]
     text = ea.Tensors("syncviz/summary/text_summary")[0].tensor_proto.string_val[0].decode()
     assert A.run_summary(run)["verdict"] in text and "| bucket | op |" in text
     assert "custom_scalars__config__" in tags["tensors"]

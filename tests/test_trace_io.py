@@ -112,7 +112,8 @@ def test_cli_errors_are_one_line(tmp_path):
 def test_summary_cli_on_hand_built_run(ddp_run):
     p = subprocess.run([sys.executable, "-m", "syncviz", "summary", str(ddp_run)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert "50% of communication is exposed, mostly bucket 1 after backward ends" in p.stdout
+    assert "50% of communication is exposed (10.00 of 20.00 ms per step), mostly bucket 1 after backward ends" \
+        in " ".join(p.stdout.split())
     p = subprocess.run([sys.executable, "-m", "syncviz", "summary", "--json", str(ddp_run)], capture_output=True, text=True)
     data = json.loads(p.stdout)
     assert data["exposed_ms"] == 10.0 and data["overlap_pct"] == 50.0 and len(data["steps_table"]) == 6

@@ -170,7 +170,7 @@ class LoadedRun:
         return self._cached("steps", lambda: self.blocks.table("steps"))
 
     def bucket_table(self) -> pd.DataFrame:
-        def build():   # comm_metrics rows are independent of each other: buckets = the bucket rows
+        def build():   # comm_metrics of whole steps (queue and exposed depend only on the step): the bucket rows
             comm = self.blocks.table("comm")
             return comm[comm["kind"] == S.BUCKET].reset_index(drop=True)
         return self._cached("buckets", build)

@@ -25,8 +25,9 @@ def layout(**_query):
                     id={"type": "run-row", "run": n}) for n in names]
     return html.Div([
         html.H2("Runs"),
-        html.P("Headline numbers are medians over steps after the first (step 0 includes warm-up and DDP's "
-               "bucket rebuild). Click a run to replay it; tick several and compare them.", className="hint"),
+        html.P("Headline numbers are means over ranks and the steps after the first (step 0 includes warm-up and "
+               "DDP's bucket rebuild); overlap = 100 − exposed / comm busy (analysis.headline). Click a run to "
+               "replay it; tick several and compare them.", className="hint"),
         html.Table([html.Thead(html.Tr([html.Th(c) for c in COLUMNS])), html.Tbody(rows)], className="runs-table"),
         html.Div([dcc.Checklist(id="runs-compare", options=[{"label": n, "value": n} for n in names], value=[],
                                 inline=True, className="radio"),

@@ -9,7 +9,6 @@ from urllib.parse import parse_qs
 import dash
 from dash import Input, Output, State, dcc, html
 
-from syncviz import analysis as A
 from syncviz.dashboard.figures import charts as CH
 from syncviz.views import compare as CMP
 from syncviz.dashboard import components as C
@@ -21,7 +20,7 @@ ROWS = [("strategy", "strategy", None), ("engine", "engine", None), ("ranks", "w
         ("step time", "step_ms", " ms"), ("compute", "compute_ms", " ms"), ("comm busy", "comm_busy_ms", " ms"),
         ("exposed comm", "exposed_ms", " ms"), ("overlap", "overlap_pct", " %"),
         ("compute / comm", "compute_comm_ratio", ""), ("bytes / step / rank", "bytes_per_step", "B"),
-        ("bus traffic / step / rank", "bus_bytes_per_step", "B"), ("busbw (median)", "busbw_gbps", "GB/s")]
+        ("bus traffic / step / rank", "bus_bytes_per_step", "B"), ("busbw on service time (median)", "busbw_gbps", "GB/s")]
 
 
 def _model(name: str) -> tuple:
@@ -90,9 +89,8 @@ def compare(names: list[str]):
             run = C.store().get(n)
             summaries[n], splits[n], op_bytes[n] = dict(run.summary()), run.time_split(), run.op_bytes()
             comparisons[n] = CMP.run_comparison(run.run())
-            # bus traffic: each op's bytes per step and rank × nccl-tests' bus factor on this world size
-            summaries[n]["bus_bytes_per_step"] = sum(o["measured_bytes"] * A.busbw_factor(o["op"], run.meta.get("world_size") or 1)
-                                                     for o in comparisons[n]["ops"])
+            # bus traffic per step and rank (bytes × nccl-tests' bus factor), as `syncviz compare` counts it
+            summaries[n]["bus_bytes_per_step"] = comparisons[n]["bus_bytes_per_step"]
             memory[n] = CH.memory_of(run.meta)
         except Exception as e:
             errors.append(C.error_card(C.problem_text(e), title=f"{n}: left out"))

@@ -72,9 +72,10 @@ def _valid_intervals(df: pd.DataFrame) -> pd.DataFrame:
 
 def compute_intervals(events: pd.DataFrame) -> pd.DataFrame:
     """Compute intervals (rank, step, micro, kind, start_ns, end_ns): forward, backward compute
-    ([backward start, last gradient ready]) and optimizer."""
+    ([backward start, last gradient ready]), optimizer, and eval forwards (a forward whose backward
+    never ran: not training compute, but it keeps the rank busy, so comm under it is overlapped)."""
     ev = events
-    fwd = ev[ev["kind"] == S.FORWARD][["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
+    fwd = ev[ev["kind"].isin((S.FORWARD, S.EVAL_FORWARD))][["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
     opt = innermost_optimizer_rows(ev[ev["kind"] == S.OPTIMIZER])
     opt = opt[["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
     bwd = ev[ev["kind"] == S.BACKWARD][["rank", "step", "micro", "kind", "start_ns", "end_ns"]].copy()
@@ -143,8 +144,14 @@ def wire_mask(comm: pd.DataFrame) -> np.ndarray:
 
 
 def comm_rows(events: pd.DataFrame) -> pd.DataFrame:
-    """Bucket and collective rows: each one a comm interval [launch, done]."""
-    return _valid_intervals(events[events["kind"].isin(S.COMM_KINDS)])
+    """Bucket and collective rows, each one a comm interval [launch, done]: ``start_ns`` and
+    ``launch_ns`` hold the launch (the collective call; the row's start where no launch was
+    stamped), ``hook_ns`` the row's own start (comm-hook entry for a DDP bucket)."""
+    rows = events[events["kind"].isin(S.COMM_KINDS)]
+    s, launch, e = rows["start_ns"].to_numpy(), rows["launch_ns"].to_numpy(), rows["end_ns"].to_numpy()
+    launch = np.where((launch >= s) & (launch <= e), launch, s)
+    rows = rows.assign(hook_ns=s, start_ns=launch, launch_ns=launch)
+    return _valid_intervals(rows)
 
 
 def _groups(*frames: pd.DataFrame) -> tuple[pd.MultiIndex, list[np.ndarray], np.ndarray, int]:

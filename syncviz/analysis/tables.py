@@ -17,18 +17,19 @@ from syncviz.analysis.metrics import (NS, _ms, bucket_metrics, busbw_factor, com
 # ------------------------------------------------------------- tables across ranks (exports)
 
 def step_table(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
-    """One row per step, across ranks: mean of each per-rank time (ns) and of bytes, the slowest
-    rank's step time, overlap % and compute/comm ratio over the summed ranks (as run_summary
-    weighs them), and the median busbw (GB/s) of that step's comm events."""
+    """One row per step, across ranks: the **mean over ranks** of each per-rank time (ns) and of
+    bytes, the slowest rank's step time, and overlap % and compute/comm ratio computed from those
+    means (so overlap % = 100 × (1 − exposed / comm busy) as shown, the headline's aggregate),
+    and the median busbw (GB/s, on service time) of that step's wire collectives."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
     steps = step_metrics(ev)
-    cols = ["step", "ranks", "step_ns", "step_max_ns", "forward_ns", "backward_ns", "optimizer_ns",
+    cols = ["step", "ranks", "step_ns", "step_max_ns", "forward_ns", "backward_ns", "optimizer_ns", "eval_ns",
             "compute_ns", "comm_busy_ns", "overlapped_ns", "exposed_ns", "overlap_pct",
             "compute_comm_ratio", "bytes", "busbw_gbps"]
     if not len(steps):
         return pd.DataFrame(columns=cols)
     g = steps.groupby("step", sort=True)
-    means = ["step_ns", "forward_ns", "backward_ns", "optimizer_ns", "compute_ns", "comm_busy_ns",
+    means = ["step_ns", "forward_ns", "backward_ns", "optimizer_ns", "eval_ns", "compute_ns", "comm_busy_ns",
              "overlapped_ns", "exposed_ns", "bytes"]
     out = g[means].mean()
     out["ranks"] = g["rank"].nunique()
@@ -40,23 +41,26 @@ def step_table(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
         phases = (sums["forward_ns"] + sums["backward_ns"] + sums["optimizer_ns"]).to_numpy(dtype=float)
         out["compute_comm_ratio"] = np.where(busy > 0, phases / busy, np.inf)
     comm = comm_metrics(ev, kinds=S.COMM_KINDS)
+    comm = comm[wire_mask(comm)] if len(comm) else comm
     out["busbw_gbps"] = comm.groupby("step")["busbw_gbps"].median() if len(comm) else np.nan
     return out.reset_index()[cols]
 
 
 def bucket_table(run_or_events: Run | pd.DataFrame, headline: bool = True) -> pd.DataFrame:
     """One row per bucket (over ranks and, by default, headline steps): op, bytes, count, and the
-    median duration, launch delay, exposed time (ns) and busbw (GB/s)."""
+    median service time (``duration_ns``), queue, launch delay, exposed time (ns) and busbw (GB/s)."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
     b = bucket_metrics(ev)
-    cols = ["bucket", "op", "bytes", "count", "duration_ns", "launch_delay_ns", "exposed_ns", "busbw_gbps"]
+    cols = ["bucket", "op", "bytes", "count", "duration_ns", "queue_ns", "wait_peers_ns", "launch_delay_ns",
+            "exposed_ns", "busbw_gbps"]
     if not len(b):
         return pd.DataFrame(columns=cols)
     if headline and b["step"].nunique() > 1:
         b = b[b["step"] > b["step"].min()]
     out = b.groupby("bucket", sort=True).agg(
         op=("op", "first"), bytes=("bytes", "max"), count=("duration_ns", "size"),
-        duration_ns=("duration_ns", "median"), launch_delay_ns=("launch_delay_ns", "median"),
+        duration_ns=("duration_ns", "median"), queue_ns=("queue_ns", "median"),
+        wait_peers_ns=("wait_peers_ns", "median"), launch_delay_ns=("launch_delay_ns", "median"),
         exposed_ns=("exposed_ns", "median"), busbw_gbps=("busbw_gbps", "median"))
     return out.reset_index()[cols]
 
@@ -90,11 +94,14 @@ def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
 
 def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFrame:
     """One row per (layout, bucket) of bucket rows from comm_metrics: parameter count (from one
-    rank's layout), bytes, dtype, and median launch delay, duration, algbw, busbw, exposed."""
+    rank's layout), bytes, dtype, and median launch delay, hook entry → launch, queue (of it waiting for peers),
+    service time (``duration_ns``), algbw, busbw (on service time) and attributed exposed time."""
     lay = layouts[layouts["rank"] == layouts["rank"].min()] if len(layouts) else layouts
     nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
     g = comm.groupby(["layout", "bucket"]).agg(
         bytes=("bytes", "max"), dtype=("dtype", "first"), launch_delay_ns=("launch_delay_ns", "median"),
+        hook_to_launch_ns=("hook_to_launch_ns", "median"),
+        queue_ns=("queue_ns", "median"), wait_peers_ns=("wait_peers_ns", "median"),
         duration_ns=("duration_ns", "median"), algbw_gbps=("algbw_gbps", "median"),
         busbw_gbps=("busbw_gbps", "median"), exposed_ns=("exposed_ns", "median"))
     g["params"] = [int(nparams.get(k, 0)) for k in g.index]
@@ -103,11 +110,15 @@ def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFra
 
 def collective_table(comm: pd.DataFrame) -> pd.DataFrame:
     """One row per (phase, op) of collective rows from comm_metrics, per (rank, step) on average:
-    calls, bytes and busy time; plus the median busbw (GB/s)."""
+    calls, bytes, service time and attributed exposed time (neither counts a moment twice:
+    service intervals of one stream do not overlap, and each exposed instant belongs to one
+    collective); plus the median queue (ns) and busbw (GB/s, on service time)."""
     nsteps = max(1, comm[["rank", "step"]].drop_duplicates().shape[0])
     g = comm.groupby(["phase", "op"]).agg(calls=("bytes", "size"), bytes=("bytes", "sum"),
-                                          duration_ns=("duration_ns", "sum"), busbw_gbps=("busbw_gbps", "median"))
-    g[["calls", "bytes", "duration_ns"]] = g[["calls", "bytes", "duration_ns"]] / nsteps
+                                          duration_ns=("duration_ns", "sum"), exposed_ns=("exposed_ns", "sum"),
+                                          queue_ns=("queue_ns", "median"), busbw_gbps=("busbw_gbps", "median"))
+    per = ["calls", "bytes", "duration_ns", "exposed_ns"]
+    g[per] = g[per] / nsteps
     return g
 
 

@@ -43,18 +43,17 @@ def representative_ranks(steps: pd.DataFrame, lateness: pd.DataFrame | None = No
 
 
 def collective_parts(comm: pd.DataFrame) -> pd.DataFrame:
-    """Per comm row (comm_metrics columns, same index): ``wait_ns`` from its start until its
-    service began (late peers, or collectives queued ahead on the group: analysis.comm_service),
-    ``service_ns`` (NaN when clock error hides it) and ``lane``: sub-lane within its rank so that
-    no two collectives of one rank share a lane while overlapping in time."""
+    """Per comm row (rows of comm_metrics, same index): ``wait_ns`` from its start (the launch)
+    until its service began (late peers, or collectives queued ahead on the group: comm_metrics'
+    queue_ns, analysis.queueing), NaN where clock error hides the service, and ``lane``: sub-lane
+    within its rank so that no two collectives of one rank share a lane while overlapping in time.
+    The service part is comm_metrics' ``service_ns`` (one definition; not repeated here)."""
     out = pd.DataFrame(index=comm.index)
     if not len(comm):
-        return out.assign(wait_ns=pd.Series(dtype=float), service_ns=pd.Series(dtype=float),
-                          lane=pd.Series(dtype=np.int64))
-    svc = comm_service(comm).reindex(comm.index)
+        return out.assign(wait_ns=pd.Series(dtype=float), lane=pd.Series(dtype=np.int64))
+    svc = comm["service_ns"] if "service_ns" in comm else comm_service(comm)["service_ns"]
     dur = (comm["end_ns"] - comm["start_ns"]).to_numpy(dtype=float)
-    service = np.minimum(svc["service_ns"].to_numpy(dtype=float), dur)
-    out["service_ns"] = service
+    service = np.minimum(svc.reindex(comm.index).to_numpy(dtype=float), dur)
     out["wait_ns"] = np.where(np.isnan(service), np.nan, dur - service)
     out["lane"] = lanes(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(), groups=comm["rank"].to_numpy())
     return out

@@ -21,7 +21,8 @@ from syncviz.model import costmodel as CM
 from syncviz.model import fit as FIT
 from syncviz.model.simcore import Jitter, SimConfig
 from syncviz.model.simprofile import profile_from_run
-from syncviz.model.simulate import memory_for, predict
+from syncviz.model.simulate import (OPTIMIZER_STATE_OPTION, memory_for, optimizer_state_bytes, predict,
+                                    with_optimizer_state_bytes)
 
 DEFAULT_CAPS = (1, 2, 5, 10, 25, 50, 100, 250)
 # Simulated steps per prediction: the run's measured rank-to-rank compute spread is replayed as
@@ -45,11 +46,13 @@ def _row(p: dict, **kw) -> dict:
                 buckets=p["buckets"])
 
 
-def advise(run, caps=DEFAULT_CAPS, world_size: int | None = None, link: CM.Link | None = None) -> dict:
-    """Predictions for every candidate; the best cap; compression and strategy alternatives."""
+def advise(run, caps=DEFAULT_CAPS, world_size: int | None = None, link: CM.Link | None = None,
+           optimizer_state_bytes_per_param: float | None = None) -> dict:
+    """Predictions for every candidate; the best cap; compression and strategy alternatives.
+    Memory figures count ``optimizer_state_bytes_per_param`` (K; default 8, costmodel)."""
     from syncviz import analysis as A
     fit, _ = FIT.fit_run(run)
-    prof = profile_from_run(run)
+    prof = with_optimizer_state_bytes(profile_from_run(run), optimizer_state_bytes_per_param)
     ddp = run.meta.get("ddp") or {}
     cur_cap = float(ddp.get("bucket_cap_mb") or 25.0)
     cur_first = float(ddp.get("first_bucket_cap_mb") or cur_cap)
@@ -81,7 +84,8 @@ def advise(run, caps=DEFAULT_CAPS, world_size: int | None = None, link: CM.Link 
                          "comm_ms": measured["comm_busy_ms"]},
             "current": _row(current, cap_mb=cur_cap, first_mb=cur_first),
             "candidates": rows, "best": best, "options": options,
-            "memory_gb": {"ddp": memory_for(prof, "ddp", world).gpu / 1e9}}
+            "memory_gb": {"ddp": memory_for(prof, "ddp", world).gpu / 1e9},
+            "optimizer_state_bytes_per_param": optimizer_state_bytes(prof)}
 
 
 def _pct(a: float, b: float) -> str:
@@ -95,7 +99,8 @@ def _pct(a: float, b: float) -> str:
 @click.option("--world-size", type=int, help="Advise for another world size [the run's].")
 @click.option("--link", "link_name", type=click.Choice(list(CM.LINKS)), help="Advise for another link [fitted].")
 @click.option("--json", "as_json", is_flag=True, help="Print the advice as JSON.")
-def advise_command(run_dir, caps, world_size, link_name, as_json):
+@OPTIMIZER_STATE_OPTION
+def advise_command(run_dir, caps, world_size, link_name, as_json, k_bytes):
     """Recommend a DDP bucket cap (and first-bucket cap) for RUN_DIR, and say whether a
     compression hook or a ZeRO strategy would pay off (predicted with the fitted cost model)."""
     from rich.console import Console
@@ -107,7 +112,7 @@ def advise_command(run_dir, caps, world_size, link_name, as_json):
         raise click.BadParameter("world size must be >= 1", param_hint="--world-size")
     run = load_run(run_dir)
     try:
-        adv = advise(run, caps, world_size, CM.LINKS[link_name] if link_name else None)
+        adv = advise(run, caps, world_size, CM.LINKS[link_name] if link_name else None, float(k_bytes))
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
@@ -129,7 +134,8 @@ def advise_command(run_dir, caps, world_size, link_name, as_json):
         t.add_row(f"{r['cap_mb']:g}", f"{r['first_mb']:g}", str(r["buckets"]), f"{r['step_ms']:.1f}",
                   f"{r['comm_ms']:.1f}", f"{r['exposed_ms']:.1f}", _pct(r["step_ms"], cur["step_ms"]) + mark)
     con.print(t)
-    t = Table(title=f"Other options at cap {best['cap_mb']:g} MB (predicted)", title_justify="left")
+    t = Table(title=f"Other options at cap {best['cap_mb']:g} MB (predicted; states/GPU = parameters, gradients and "
+                    f"{CM.k_note(adv['optimizer_state_bytes_per_param'])})", title_justify="left")
     for c in ("option", "step ms", "comm ms", "exposed ms", "vs best", "states/GPU"):
         t.add_column(c, justify="right")
     for r in adv["options"]:

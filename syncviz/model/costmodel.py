@@ -159,6 +159,27 @@ def choose_algo(op: str, nbytes: float, p: int, link: Link) -> str:
 STRATEGIES = S.MODEL_STRATEGIES
 
 
+# Optimizer-state bytes per parameter (K): one convention for the cost model, the simulator and
+# every CLI, printed next to every memory figure. 8 = Adam's m and v in fp32 (the default: 70B
+# with bf16 weights/grads on 8 GPUs, ZeRO-2 = 227.5 GB per GPU); 12 = also an fp32 master copy of
+# the weights, as the ZeRO paper counts mixed-precision training (same case: 262.5 GB).
+OPTIMIZER_STATE_BYTES = {8: "Adam m and v in fp32", 12: "Adam m, v and an fp32 master copy (ZeRO paper)"}
+DEFAULT_OPTIMIZER_STATE_BYTES = 8
+
+
+def optimizer_split(k: float) -> tuple[float, float]:
+    """(optimizer_bytes, master_bytes) of MemorySpec for K bytes of optimizer state per parameter."""
+    if k < 8:
+        return float(k), 0.0
+    return 8.0, float(k) - 8.0
+
+
+def k_note(k: float) -> str:
+    """How a memory figure counts optimizer state, e.g. 'optimizer state K = 8 B/param (Adam m and v in fp32)'."""
+    what = OPTIMIZER_STATE_BYTES.get(int(k)) if float(k).is_integer() else None
+    return f"optimizer state K = {k:g} B/param" + (f" ({what})" if what else "")
+
+
 @dataclass(frozen=True)
 class MemorySpec:
     """Bytes per parameter of each kind of training state (activations are not modelled).

@@ -25,7 +25,7 @@ class ModelSpec:
     param_dtype: str = "bfloat16"
     grad_dtype: str = "bfloat16"  # gradient dtype on the wire
     optimizer_bytes: float = 8.0  # Adam m, v in fp32
-    master_bytes: float = 4.0     # fp32 master weights (mixed precision)
+    master_bytes: float = 0.0     # fp32 master weights: 4 makes K = 12 (costmodel.OPTIMIZER_STATE_BYTES)
     hbm_gbps: float = 2000.0      # memory bandwidth the optimizer step streams at
 
     def validate(self) -> "ModelSpec":

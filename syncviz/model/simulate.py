@@ -27,11 +27,31 @@ from syncviz.model.simprofile import MODELS, SCENARIOS, ModelSpec, Profile, prof
 GPU_MEMORY_GB = 80.0   # H100/A100-80GB: the teaching presets warn when model states exceed it
 
 
-def memory_for(profile: Profile, strategy: str, world_size: int) -> CM.Memory:
+def optimizer_state_bytes(profile: Profile) -> float:
+    """K of a profile: set by --optimizer-state-bytes, else its model spec's, else the default 8."""
+    if profile.source.get("optimizer_state_bytes") is not None:
+        return float(profile.source["optimizer_state_bytes"])
     spec = profile.source.get("model") or {}
+    return float(spec.get("optimizer_bytes", 8.0) + spec.get("master_bytes", 0.0)) if spec \
+        else float(CM.DEFAULT_OPTIMIZER_STATE_BYTES)
+
+
+def with_optimizer_state_bytes(profile: Profile, k: float | None) -> Profile:
+    if k is None:
+        return profile
+    return replace(profile, source={**profile.source, "optimizer_state_bytes": float(k)})
+
+
+def memory_for(profile: Profile, strategy: str, world_size: int) -> CM.Memory:
     mspec = CM.MemorySpec(profile.params, profile.param_itemsize, profile.grad_itemsize,
-                          spec.get("optimizer_bytes", 8.0), spec.get("master_bytes", 0.0))
+                          *CM.optimizer_split(optimizer_state_bytes(profile)))
     return CM.memory_per_gpu(mspec, strategy, world_size)
+
+
+OPTIMIZER_STATE_OPTION = click.option(
+    "--optimizer-state-bytes", "k_bytes", type=click.Choice(["8", "12"]), default="8", show_default=True,
+    help="Optimizer state per parameter in memory figures: 8 = Adam m and v in fp32; "
+         "12 = plus an fp32 master copy of the weights (mixed precision, as the ZeRO paper counts).")
 
 
 def run_meta(name: str, tl: Timeline, extra: dict | None = None) -> dict:
@@ -52,7 +72,8 @@ def run_meta(name: str, tl: Timeline, extra: dict | None = None) -> dict:
                          "gradient_as_bucket_view": False, "static_graph": False,
                          "find_unused_parameters": False, "comm_hook": getattr(tl, "hook", "fsdp")},
                     memory={"params_bytes": mem.params, "grads_bytes": mem.grads, "optimizer_bytes": mem.optimizer,
-                            "peak_allocated_bytes": None, "host_bytes": mem.host},
+                            "peak_allocated_bytes": None, "host_bytes": mem.host,
+                            "optimizer_state_bytes_per_param": optimizer_state_bytes(p)},
                     ranks=[{"rank": r, "host": f"sim-node{r // gpn}", "pid": 0, "local_rank": r % gpn,
                             "node": r // gpn, "clock_offset_ns": 0, "clock_error_ns": 0}
                            for r in range(cfg.world_size)])
@@ -103,9 +124,10 @@ def predict(profile: Profile, cfg: SimConfig, ranks=None) -> dict:
 
 
 def headline_means(run_or_events) -> dict:
-    """Means over the headline (rank, step) rows of step time and exposed comm, in ms. The
-    summary's medians are fragile when exposed comm is bimodal (on 2 ranks the faster one waits
-    for the slower one every step, the slower one does not); means are not."""
+    """Means over the headline (rank, step) rows of step time and exposed comm, in ms: since
+    issue 11 the same aggregate as run_summary's headline (medians were fragile when exposed comm
+    is bimodal: on 2 ranks the faster one waits for the slower one every step, the slower one
+    does not)."""
     from syncviz import analysis as A
     h = A.headline_steps(A.step_metrics(run_or_events))
     return {"step_mean_ms": float(h["step_ns"].mean()) / 1e6, "exposed_mean_ms": float(h["exposed_ns"].mean()) / 1e6}
@@ -162,9 +184,10 @@ def _straggler(text: str | None) -> tuple[int, float]:
 @click.option("--out", type=click.Path(), help="Run directory [traces/sim-<name>-<strategy>-<N>].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing run directory's trace files.")
 @click.option("--workers", type=int, help="Writer processes [by size, up to the CPU count].")
+@OPTIMIZER_STATE_OPTION
 def simulate_command(source_run, preset, model_name, params, layers, tokens, tflops, world_size, link_name,
                      link_gbps, link_latency_us, algo, strategy, compression, bucket_cap_mb, first_bucket_cap_mb,
-                     steps, jitter, straggler, seed, gpus_per_node, grad_ready, out, overwrite, workers):
+                     steps, jitter, straggler, seed, gpus_per_node, grad_ready, out, overwrite, workers, k_bytes):
     """Simulate a run and write it as an ordinary syncviz trace (every view works on it).
 
     The source is a recorded run (SOURCE_RUN: its measured gradient-ready times, compute phases
@@ -204,6 +227,7 @@ def simulate_command(source_run, preset, model_name, params, layers, tokens, tfl
             defaults = dict(world=scen.world_size if scen else 8, strategy=scen.strategy if scen else "ddp",
                             cap=scen.bucket_cap_mb if scen else 25.0, first=1.0, steps=scen.steps if scen else 20)
             extra["preset"] = preset
+        profile = with_optimizer_state_bytes(profile, float(k_bytes))
         link = _link(link_name, link_gbps, link_latency_us, fitted, scen.link if scen else "nvlink")
         # contention was measured with the recorded link and devices; it does not carry to others
         contention = extra["fit"]["contention"] if fitted is not None and link is fitted else 0.0
@@ -263,6 +287,7 @@ def _report(out: Path, res: dict, cfg: SimConfig, profile: Profile) -> None:
                f"({s['exposed_pct']:.0f}% of comm)")
     gb = mem.gpu / 1e9
     warn = f"  — more than {GPU_MEMORY_GB:.0f} GB: does not fit" if gb > GPU_MEMORY_GB and profile.device == "cuda" else ""
-    click.echo(f"model states per GPU ({cfg.strategy}): params {mem.params / 1e9:.2f} GB, grads {mem.grads / 1e9:.2f} GB, "
+    click.echo(f"model states per GPU ({cfg.strategy}; {CM.k_note(optimizer_state_bytes(profile))}): "
+               f"params {mem.params / 1e9:.2f} GB, grads {mem.grads / 1e9:.2f} GB, "
                f"optimizer {mem.optimizer / 1e9:.2f} GB = {gb:.2f} GB{warn}")
     click.echo(f"look at it: syncviz summary {out}   |   syncviz dash {out.parent}")

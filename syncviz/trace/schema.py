@@ -28,6 +28,7 @@ def layout_file(rank: int) -> str:
 # called → future done); "collective" is one torch.distributed call (any strategy).
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 BUCKET, COLLECTIVE, GRAD_READY, STEP = "bucket", "collective", "grad_ready", "step"
+EVAL_FORWARD = "eval_forward"
 KINDS = (FORWARD, BACKWARD, OPTIMIZER, BUCKET, COLLECTIVE, GRAD_READY, STEP)
 COMPUTE_KINDS = (FORWARD, BACKWARD, OPTIMIZER)
 COMM_KINDS = (BUCKET, COLLECTIVE)

@@ -12,7 +12,6 @@ import json
 import math
 
 import click
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
@@ -109,7 +108,7 @@ def run_comparison(run: Run) -> dict:
     steady = steady_steps(run)
     ev = run.events[run.events["step"].isin(steady)]
     steps = A.step_metrics(ev)
-    busy, exposed = float(steps["comm_busy_ns"].sum()), float(steps["exposed_ns"].sum())
+    head = A.headline(steps)     # the same aggregate as run_summary's headline (means over rank-steps)
     measured = A.op_bytes_per_step(run, steps=steady)
     expected, textbook = expected_bytes(run, strategy)
     ops = []
@@ -118,30 +117,27 @@ def run_comparison(run: Run) -> dict:
         m = float(row["bytes_per_step"].iloc[0]) if len(row) else 0.0
         e = expected.get(op)
         ops.append({"op": op, "calls_per_step": float(row["count_per_step"].iloc[0]) if len(row) else 0.0,
-                    "measured_bytes": m, "expected_bytes": e, "textbook_bytes": textbook.get(op),
+                    "measured_bytes": m, "bus_bytes": m * A.busbw_factor(op, run.world_size),
+                    "expected_bytes": e, "textbook_bytes": textbook.get(op),
                     "matches": None if e is None else abs(m - e) <= MATCH_TOLERANCE * max(e, 1)})
     buckets = ev[ev["kind"] == S.BUCKET]
     ratio = (float(buckets["logical_bytes"].sum() / buckets["bytes"].sum())
              if len(buckets) and buckets["bytes"].sum() else None)
     out = {"name": run.name, "path": str(run.path), "strategy": strategy, "world_size": run.world_size,
            "backend": run.meta.get("backend"), "steady_steps": steady,
-           "step_ms": _median_ms(steps, "step_ns"), "comm_busy_ms": _median_ms(steps, "comm_busy_ns"),
-           "exposed_ms": _median_ms(steps, "exposed_ns"), "compute_ms": _median_ms(steps, "compute_ns"),
-           "overlap_pct": 100.0 * (busy - exposed) / busy if busy > 0 else float("nan"),
-           "bytes_per_step": sum(o["measured_bytes"] for o in ops), "compression_ratio": ratio,
+           "step_ms": head["step_ms"], "comm_busy_ms": head["comm_busy_ms"],
+           "exposed_ms": head["exposed_ms"], "compute_ms": head["compute_ms"],
+           "overlap_pct": head["overlap_pct"], "exposed_pct": head["exposed_pct"], "aggregate": head["aggregate"],
+           "bytes_per_step": sum(o["measured_bytes"] for o in ops),
+           "bus_bytes_per_step": sum(o["bus_bytes"] for o in ops), "compression_ratio": ratio,
            "ops": ops, "memory": memory(run, strategy), "backend_probe": run.meta.get("backend_probe"),
            "blocking_collectives": bool(A.blocking_rows(ev).shape[0]), "model": run.meta.get("model")}
     if ratio is not None and ratio > 1.01:
         # a compression hook computes inside its bucket interval: the all-reduces alone, for contrast
         coll = A.step_metrics(ev[ev["kind"] != S.BUCKET])
-        out["collectives_busy_ms"] = _median_ms(coll, "comm_busy_ns")
+        out["collectives_busy_ms"] = A.headline(coll)["comm_busy_ms"]
     out["notes"] = notes(out, run)
     return out
-
-
-def _median_ms(steps: pd.DataFrame, col: str) -> float:
-    """Median over (rank, step) rows, as run_summary reports its headline numbers."""
-    return float(steps[col].median()) / 1e6 if len(steps) else float("nan")
 
 
 def memory(run: Run, strategy: str) -> dict:
@@ -256,14 +252,19 @@ def render(comparisons: list[dict], console: Console) -> None:
     first = comparisons[0]
     console.print(f"[bold]compare[/bold]  {len(comparisons)} runs of "
                   f"{model_text(first)} on {first['world_size']} ranks ({first['backend']})", highlight=False)
-    t = Table(title="Per step, median of steady steps: step, comm busy and exposed comm in ms, overlap %, "
-                    "MB sent per rank, bytes vs DDP, compression (bucket bytes / bytes sent)", title_justify="left")
-    for col in ("strategy", "step", "comm", "exposed", "ovl%", "MB", "vs ddp", "compr"):
+    t = Table(title="Per step, mean over ranks and steady steps: step, comm busy and exposed comm in ms, overlap % "
+                    "(100 − exposed / comm busy); per rank: MB of messages (nccl-tests bytes) and MB of bus traffic "
+                    "(× busbw factor: all_reduce 2(n−1)/n, reduce_scatter/all_gather (n−1)/n), each vs DDP; "
+                    "compression (bucket bytes / bytes sent)", title_justify="left")
+    for col in ("strategy", "step", "comm", "exposed", "ovl%", "msg MB", "vs ddp", "bus MB", "bus vs ddp", "compr"):
         t.add_column(col, justify="left" if col == "strategy" else "right")
+
+    def rel(c, key):
+        return c[key] / base[key] if base and base.get(key) else None
     for c in comparisons:
-        rel = c["bytes_per_step"] / base["bytes_per_step"] if base and base["bytes_per_step"] else None
         t.add_row(_label(c, comparisons), _f(c["step_ms"]), _f(c["comm_busy_ms"]), _f(c["exposed_ms"]),
-                  _f(c["overlap_pct"], "{:.0f}"), _mb(c["bytes_per_step"]), _f(rel, "{:.2f}x"),
+                  _f(c["overlap_pct"], "{:.0f}"), _mb(c["bytes_per_step"]), _f(rel(c, "bytes_per_step"), "{:.2f}x"),
+                  _mb(c["bus_bytes_per_step"]), _f(rel(c, "bus_bytes_per_step"), "{:.2f}x"),
                   _f(c["compression_ratio"], "{:.1f}x"))
     console.print(t)
     b = Table(title="Bytes per step and rank by op (nccl-tests convention), MB", title_justify="left")
@@ -276,7 +277,8 @@ def render(comparisons: list[dict], console: Console) -> None:
                       _mb(o["expected_bytes"]), _mb(o["textbook_bytes"]), ok)
     console.print(b)
     mt = Table(title="Memory per rank, MB: measured after optimizer step 0 (largest rank; 'at fwd' = "
-                     "parameters held when forward ends), equal to torch's expected?, textbook params/grads/optim",
+                     "parameters held when forward ends), equal to torch's expected?, textbook params/grads/optim "
+                     "(fp32 AdamW: optimizer state K = 8 bytes per parameter, m and v; no fp32 master copy)",
                title_justify="left")
     for col in ("strategy", "params", "grads", "optim", "at fwd", "=torch", "textbook"):
         mt.add_column(col, justify="left" if col == "strategy" else "right")

@@ -26,37 +26,58 @@ def _mb(b) -> str:
 
 
 def step_table(run: Run, steps: pd.DataFrame) -> Table:
-    t = Table(title="Per step (median over ranks; times in ms)", title_justify="left")
-    for c in ("step", "time", "fwd", "bwd", "opt", "comm", "exposed", "overlap%", "comp/comm", "MB"):
+    t = Table(title="Per step (mean over ranks; overlap % and comp/comm from those means; times in ms)",
+              title_justify="left")
+    table = A.step_table(run)
+    evals = bool((table["eval_ns"] > 0).any())
+    for c in ("step", "time", "fwd", "bwd", "opt") + (("eval",) if evals else ()) + (
+            "comm", "exposed", "overlap%", "comp/comm", "MB"):
         t.add_column(c, justify="right")
-    for step, r in A.step_medians(steps).iterrows():
-        t.add_row(str(step), _f(r["step_ns"] / 1e6), _f(r["forward_ns"] / 1e6), _f(r["backward_ns"] / 1e6),
-                  _f(r["optimizer_ns"] / 1e6), _f(r["comm_busy_ns"] / 1e6), _f(r["exposed_ns"] / 1e6),
+    for _, r in table.iterrows():
+        t.add_row(str(int(r["step"])), _f(r["step_ns"] / 1e6), _f(r["forward_ns"] / 1e6), _f(r["backward_ns"] / 1e6),
+                  _f(r["optimizer_ns"] / 1e6), *((_f(r["eval_ns"] / 1e6),) if evals else ()),
+                  _f(r["comm_busy_ns"] / 1e6), _f(r["exposed_ns"] / 1e6),
                   _f(r["overlap_pct"], "{:.0f}"), _f(r["compute_comm_ratio"]), _mb(r["bytes"]))
     return t
 
 
 def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
-    t = Table(title="Per bucket (median over headline steps and ranks)", title_justify="left")
-    for c in ("layout", "bucket", "params", "MB", "dtype", "delay ms", "dur ms", "algbw GB/s",
-              "busbw GB/s", "exposed ms"):
+    t = Table(title="Per bucket (median over headline steps and ranks; hook = comm-hook entry → collective call; "
+              "queue = call → service start, "
+              "of it waiting for peers; service = service start → done; bandwidths on service time)",
+              title_justify="left")
+    for c in ("layout", "bucket", "params", "MB", "dtype", "delay ms", "hook ms", "queue ms", "peers ms", "service ms",
+              "algbw GB/s", "busbw GB/s", "exposed ms"):
         t.add_column(c, justify="right")
     if not len(buckets):
         return t
     for (layout, bucket), r in A.bucket_layout_table(buckets, run.layouts).iterrows():
         t.add_row(str(layout), str(bucket), str(r["params"]), _mb(r["bytes"]), r["dtype"],
-                  _f(r["launch_delay_ns"] / 1e6), _f(r["duration_ns"] / 1e6), _f(r["algbw_gbps"], "{:.3f}"),
+                  _f(r["launch_delay_ns"] / 1e6), _f(r["hook_to_launch_ns"] / 1e6), _f(r["queue_ns"] / 1e6),
+                  _f(r["wait_peers_ns"] / 1e6),
+                  _f(r["duration_ns"] / 1e6), _f(r["algbw_gbps"], "{:.3f}"),
                   _f(r["busbw_gbps"], "{:.3f}"), _f(r["exposed_ns"] / 1e6))
     return t
 
 
 def collective_table(coll: pd.DataFrame) -> Table:
-    t = Table(title="Collectives per step (all torch.distributed calls, mean over ranks)", title_justify="left")
-    for c in ("phase", "op", "calls/step", "MB/step", "busy ms/step", "busbw GB/s"):
+    t = Table(title="Collectives per step (all torch.distributed calls, mean over rank-steps; exposed time "
+              "attributed once)", title_justify="left")
+    for c in ("phase", "op", "calls/step", "MB/step", "service ms/step", "exposed ms/step", "queue ms", "busbw GB/s"):
         t.add_column(c, justify="right")
     for (phase, op), r in A.collective_table(coll).iterrows():
         t.add_row(phase, op, _f(r["calls"], "{:.1f}"), _mb(r["bytes"]), _f(r["duration_ns"] / 1e6),
-                  _f(r["busbw_gbps"], "{:.3f}"))
+                  _f(r["exposed_ns"] / 1e6), _f(r["queue_ns"] / 1e6), _f(r["busbw_gbps"], "{:.3f}"))
+    return t
+
+
+def straggler_table(s: dict) -> Table:
+    t = Table(title="Who launched last (collectives seen on every rank; headline steps)", title_justify="left")
+    for c in ("rank", "last", "of", "last %", "mean late ms", "others waited ms/step"):
+        t.add_column(c, justify="right")
+    for r in s["stragglers"]:
+        t.add_row(str(r["rank"]), str(r["last"]), str(r["events"]), _f(r["last_pct"], "{:.0f}"),
+                  _f(r["mean_late_ms"], "{:.3f}"), _f(r["waited_for_ms_per_step"]))
     return t
 
 
@@ -97,17 +118,20 @@ def print_summary(run: Run, console: Console | None = None) -> dict:
         console.print(collective_table(coll))
     if s["top_exposed"]:
         t = Table(title="Top exposed communication", title_justify="left")
-        for c in ("what", "MB", "exposed ms/event", "share of exposed", "after backward"):
+        for c in ("what", "MB", "exposed ms/step", "exposed ms/event", "share of exposed", "after backward"):
             t.add_column(c, justify="right")
         for e in s["top_exposed"]:
             what = f"bucket {e['bucket']}" if e["kind"] == "bucket" else f"{e['op']} ({e['name']})"
-            t.add_row(what, _mb(e["bytes"]), _f(e["exposed_ms_per_event"]), f"{e['exposed_share_pct']:.0f}%",
-                      f"{e['after_backward_pct']:.0f}%")
+            t.add_row(what, _mb(e["bytes"]), _f(e["exposed_ms_per_step"]), _f(e["exposed_ms_per_event"]),
+                      f"{e['exposed_share_pct']:.0f}%", f"{e['after_backward_pct']:.0f}%")
         console.print(t)
+    if s["stragglers"]:
+        console.print(straggler_table(s))
     hs = s["headline_steps"]
-    console.print(f"Headline (median of steps {hs[0]}–{hs[-1]}): step {_f(s['step_ms'])} ms, comm busy "
-                  f"{_f(s['comm_busy_ms'])} ms, exposed {_f(s['exposed_ms'])} ms, overlap {_f(s['overlap_pct'], '{:.0f}')}%, "
-                  f"busbw {_f(s['busbw_gbps'], '{:.3f}')} GB/s")
+    console.print(f"Headline ({s['aggregate']}: {hs[0]}–{hs[-1]}): step {_f(s['step_ms'])} ms, comm busy "
+                  f"{_f(s['comm_busy_ms'])} ms, exposed {_f(s['exposed_ms'])} ms ({_f(s['exposed_pct'], '{:.0f}')}%), "
+                  f"overlap {_f(s['overlap_pct'], '{:.0f}')}%; per collective (median): queue {_f(s['queue_ms'])} ms, "
+                  f"service {_f(s['service_ms'])} ms, busbw {_f(s['busbw_gbps'], '{:.3f}')} GB/s")
     console.print(f"[bold]Verdict:[/] {s['verdict']}")
     return s
 

@@ -91,8 +91,8 @@ def print_sweep(res: dict) -> None:
     con = Console(width=140)
     con.print(f"fit on {res['reference']}: α {f['alpha_s'] * 1e6:.0f} µs, busbw {f['busbw_gbps']:.3g} GB/s, "
               f"κ {f['contention']:.2f}")
-    for stat, title in (("", "medians over ranks and steps after the first (as syncviz summary)"),
-                        ("mean_", "means over ranks and steps after the first")):
+    for stat, title in (("", "syncviz summary's headline (means over ranks and steps after the first)"),
+                        ("mean_", "means over ranks and steps after the first (simulate.headline_means)")):
         t = Table(title=f"Predicted vs measured, {title}", title_justify="left")
         for c in ("cap MB", "buckets", "step pred ms", "step meas ms", "error", "exposed pred ms",
                   "exposed meas ms", "error") + (("compute meas/pred",) if not stat else ()):

@@ -3,6 +3,7 @@ same steps: DDP's own runtime-logging timers and a torch.profiler trace. Used by
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -38,4 +39,25 @@ for step in range(steps):
 prof.export_chrome_trace(os.path.join(out, f"profile-{rank}.json"))
 with open(os.path.join(out, f"ddp-timers-{rank}.json"), "w") as f:
     json.dump(ddp_times, f)
+# A standalone all_reduce of each bucket's size in the same job, after training: the bandwidth a
+# collective gets when nothing else runs (benchmarks/crosscheck.py compares busbw on service time).
+# (with a 4 MB cap every bucket here is one Linear layer: 4,198,400 bytes; DDP's logging data
+# reports the buckets before its rebuild, one 16.8 MB bucket, so it is not used)
+sizes = [sum(p.numel() * p.element_size() for p in net[0].parameters())]
+# Timed as nccl-tests does: back-to-back calls after a barrier, total / calls, so a rank leaving
+# the barrier late adds little; the median of 5 batches of 5.
+probe = {}
+for nbytes in sizes:
+    buf = torch.ones(nbytes // 4)
+    dist.all_reduce(buf)              # warm-up
+    batches = []
+    for _ in range(5):
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        for _ in range(5):
+            dist.all_reduce(buf)
+        batches.append((time.perf_counter_ns() - t0) / 5)
+    probe[nbytes] = sorted(batches)[len(batches) // 2]
+with open(os.path.join(out, f"probe-{rank}.json"), "w") as f:
+    json.dump({"world_size": dist.get_world_size(), "median_ns": probe}, f)
 dist.destroy_process_group()

@@ -209,6 +209,9 @@ def _comm_parts(comm: pd.DataFrame, tracks: _Tracks) -> list[pa.Array]:
     step, micro = _s(c["step"]), _s(c["micro"])
     out = [_cat('{"ph":"X",', _pid_tid(pid, tid), ',"ts":', _us(start), ',"dur":', _us(end - start), ",",
                 static, ',"step":', step, ',"micro":', micro, ',"exposed_ms":', _num(c["exposed_ns"] / 1e6),
+                ',"duration_ms":', _num(c["duration_ns"] / 1e6), ',"queue_ms":', _num(c["queue_ns"] / 1e6),
+                ',"wait_peers_ms":', _num(c["wait_peers_ns"] / 1e6), ',"queued_ms":', _num(c["queued_ns"] / 1e6),
+                ',"hook_to_launch_ms":', _num(c["hook_to_launch_ns"] / 1e6),
                 ',"busbw_GBps":', _num(c["busbw_gbps"]), ',"algbw_GBps":', _num(c["algbw_gbps"]),
                 _when(launch >= 0, _cat(',"launch_ns":', _s(launch))),
                 _when(ready >= 0, _cat(',"ready_ns":', _s(ready), ',"launch_delay_ms":',

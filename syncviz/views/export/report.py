@@ -66,10 +66,12 @@ def steps_figure(steps: pd.DataFrame) -> go.Figure:
 
 
 def buckets_figure(buckets: pd.DataFrame) -> go.Figure:
-    """Per bucket (median over ranks and headline steps): duration, exposed part, busbw."""
+    """Per bucket (median over ranks and headline steps): queue and service time, exposed part,
+    busbw on service time."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = [f"{b} ({mb:.1f} MB)" for b, mb in zip(buckets["bucket"], buckets["bytes"] / 1e6)]
-    fig.add_trace(go.Bar(x=x, y=buckets["duration_ns"] / 1e6, name="duration (ms)", marker_color=COLORS["bucket"]))
+    fig.add_trace(go.Bar(x=x, y=buckets["queue_ns"] / 1e6, name="queue (ms)", marker_color="#bbbbbb"))
+    fig.add_trace(go.Bar(x=x, y=buckets["duration_ns"] / 1e6, name="service (ms)", marker_color=COLORS["bucket"]))
     fig.add_trace(go.Bar(x=x, y=buckets["exposed_ns"] / 1e6, name="exposed (ms)", marker_color=COLORS["exposed"]))
     fig.add_trace(go.Scatter(x=x, y=buckets["busbw_gbps"], name="busbw (GB/s)", mode="lines+markers",
                              line_color="#333"), secondary_y=True)
@@ -107,11 +109,7 @@ def summary_html(run: Run, s: dict) -> str:
              ("bucket cap (MB)", ddp.get("bucket_cap_mb", "–")), ("steps", s["steps"]),
              ("headline steps", ", ".join(map(str, s["headline_steps"])) or "–"),
              ("created", m.get("created", "–")), ("torch", m.get("torch_version", "–"))]
-    nums = [("step (ms, median)", s["step_ms"]), ("compute (ms)", s["compute_ms"]),
-            ("comm busy (ms)", s["comm_busy_ms"]), ("exposed comm (ms)", s["exposed_ms"]),
-            ("overlap %", s["overlap_pct"]), ("compute/comm ratio", s["compute_comm_ratio"]),
-            ("busbw (GB/s, median)", s["busbw_gbps"]), ("bytes per step (MB)", s["bytes_per_step"] / 1e6),
-            ("max launch skew (ms)", s["max_skew_ms"])]
+    nums = A.headline_rows(s)
     table = lambda rows: "<table>" + "".join(  # noqa: E731
         f"<tr><th>{html.escape(k)}</th><td>{_fmt(v)}</td></tr>" for k, v in rows) + "</table>"
     problems = "".join(f"<li>{html.escape(p)}</li>" for p in s["problems"])

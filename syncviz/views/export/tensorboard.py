@@ -92,22 +92,14 @@ def summary_markdown(run: Run, summary: dict, buckets: pd.DataFrame) -> str:
              ("device", meta.get("device", "?")), ("bucket cap (MB)", ddp.get("bucket_cap_mb", "–")),
              ("steps", summary["steps"]),
              ("headline steps", ", ".join(map(str, summary["headline_steps"])) or "–")]
-    nums = [("step (ms, median)", f"{summary['step_ms']:.3f}"),
-            ("compute (ms)", f"{summary['compute_ms']:.3f}"),
-            ("comm busy (ms)", f"{summary['comm_busy_ms']:.3f}"),
-            ("exposed comm (ms)", f"{summary['exposed_ms']:.3f}"),
-            ("overlap %", f"{summary['overlap_pct']:.1f}"),
-            ("compute/comm ratio", f"{summary['compute_comm_ratio']:.2f}"),
-            ("busbw (GB/s, median)", f"{summary['busbw_gbps']:.3f}"),
-            ("bytes per step (MB)", f"{summary['bytes_per_step'] / 1e6:.2f}"),
-            ("max launch skew (ms)", f"{summary['max_skew_ms']:.3f}")]
+    nums = [(k, v if isinstance(v, str) else f"{v:.3f}") for k, v in A.headline_rows(summary)]
     text = [f"**{summary['verdict']}**", "", _markdown_table(facts, ("run", "")), "",
             _markdown_table(nums)]
     if len(buckets):
-        text += ["", "| bucket | op | MB | duration ms | launch delay ms | exposed ms | busbw GB/s |",
-                 "|---|---|---|---|---|---|---|"]
+        text += ["", "| bucket | op | MB | queue ms | service ms | launch delay ms | exposed ms | busbw GB/s |",
+                 "|---|---|---|---|---|---|---|---|"]
         for b in buckets.itertuples():
-            text.append(f"| {b.bucket} | {b.op} | {b.bytes / 1e6:.2f} | {b.duration_ns / 1e6:.3f} | "
+            text.append(f"| {b.bucket} | {b.op} | {b.bytes / 1e6:.2f} | {b.queue_ns / 1e6:.3f} | {b.duration_ns / 1e6:.3f} | "
                         f"{b.launch_delay_ns / 1e6:.3f} | {b.exposed_ns / 1e6:.3f} | {b.busbw_gbps:.3f} |")
     if summary["problems"]:
         text += ["", "Problems: " + "; ".join(summary["problems"])]
@@ -145,8 +137,11 @@ def write_tensorboard(run: Run, logdir: str | Path, copy_profiler: bool = True) 
                                   walltime=wt)
         for step, g in comm.groupby("step", sort=True):
             wt = wall.get(int(step)) if wall else None
-            writer.add_histogram("buckets/duration_ms", g["duration_ns"].to_numpy() / 1e6, int(step),
-                                 walltime=wt)
+            # duration = service time (analysis.queueing); queue beside it
+            for tag, col in (("buckets/duration_ms", "duration_ns"), ("buckets/queue_ms", "queue_ns")):
+                v = g[col].dropna().to_numpy()
+                if len(v):
+                    writer.add_histogram(tag, v / 1e6, int(step), walltime=wt)
             writer.add_histogram("buckets/exposed_ms", g["exposed_ns"].to_numpy() / 1e6, int(step),
                                  walltime=wt)
             delay = g["launch_delay_ns"].dropna().to_numpy()
