@@ -2,7 +2,7 @@
 each backward all_reduce every parameter's gradient (one call per parameter) and divide by the
 world size. Used by tests/test_engines.py under ``syncviz trace``.
 
-usage: handwritten_allreduce.py [--steps N] [--save PATH]
+usage: handwritten_allreduce.py [--steps N] [--save PATH] [--probe]
 """
 import argparse
 
@@ -13,6 +13,7 @@ import torch.nn as nn
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=5)
 p.add_argument("--save", default="")
+p.add_argument("--probe", action="store_true", help="rank 0 runs a forward with grad enabled that no backward follows")
 a = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -25,6 +26,8 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 for step in range(a.steps):
     g = torch.Generator().manual_seed(100 * step + rank)
     x, y = torch.randn(64, 128, generator=g), torch.randint(0, 10, (64,), generator=g)
+    if a.probe and rank == 0:
+        model(x).sum().item()          # grad enabled, never backpropagated: evaluation
     loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
     for p_ in model.parameters():
