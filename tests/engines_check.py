@@ -12,6 +12,7 @@ import pandas as pd
 from syncviz.trace import schema as S
 
 TOL_NS = 2_000_000   # 2 ms: clock conversion (wall ↔ monotonic) and hook overhead on a loaded CPU
+EDGE_NS = 500_000    # measured: torch's ranges start 0.02–0.03 ms after our stamps (or before, at a step's start)
 
 
 def phase_rows(run) -> pd.DataFrame:
@@ -105,7 +106,10 @@ def check_against_profiler(run, steps: list[int], *, forward_annotation: str | N
         for step in steps:
             g = rows[(rows["rank"] == rank) & (rows["step"] == step)]
             st = g[g["kind"] == S.STEP].iloc[0]
-            inside = p[(p["start_ns"] >= st.start_ns - TOL_NS) & (p["start_ns"] <= st.end_ns + TOL_NS)]
+            # the step's events: those starting inside its row (torch opens Optimizer.step's range a
+            # few µs before our pre-hook stamps a step that begins with it: EDGE_NS); a wider window
+            # would take in the next step's first events in a tight loop
+            inside = p[(p["start_ns"] >= st.start_ns - EDGE_NS) & (p["start_ns"] <= st.end_ns)]
             ann = inside[inside["name"].str.startswith("Optimizer.step#")]
             assert len(ann), f"rank {rank} step {step}: no Optimizer.step range in the profiler trace"
             # torch's range also holds the post-hooks, where syncviz's step boundary flushes the
@@ -143,8 +147,7 @@ def check_against_profiler(run, steps: list[int], *, forward_annotation: str | N
                 fa = inside[(inside["name"] == forward_annotation) & (inside["start_ns"] >= st.start_ns)
                             & (inside["start_ns"] <= st.end_ns)]
                 assert len(fa) == len(fw), f"rank {rank} step {step}: {len(fa)} {forward_annotation} vs {len(fw)} forwards"
-                for f in fw.itertuples():
-                    a = fa[(fa["start_ns"] >= f.start_ns - TOL_NS) & (fa["start_ns"] <= f.end_ns)]
-                    assert len(a) == 1 and a["end_ns"].iloc[0] <= f.end_ns + TOL_NS, f"rank {rank} step {step}: {f}"
-                    worst["forward_start_ms"] = max(worst["forward_start_ms"], (a["start_ns"].iloc[0] - f.start_ns) / 1e6)
+                for a, f in zip(fa.sort_values("start_ns").itertuples(), fw.sort_values("start_ns").itertuples()):
+                    assert f.start_ns - TOL_NS <= a.start_ns <= f.end_ns and a.end_ns <= f.end_ns + TOL_NS, f"rank {rank} step {step}: {f}"
+                    worst["forward_start_ms"] = max(worst["forward_start_ms"], (a.start_ns - f.start_ns) / 1e6)
     return worst

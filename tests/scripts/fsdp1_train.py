@@ -4,7 +4,6 @@ auto-wrapping its blocks, on CPU with gloo. No syncviz import.
 usage: fsdp1_train.py [--steps N] [--sharding FULL_SHARD|SHARD_GRAD_OP|NO_SHARD]
 """
 import argparse
-import functools
 
 import torch
 import torch.distributed as dist
