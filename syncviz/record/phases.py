@@ -69,6 +69,7 @@ class PhaseHooks:
     def _init_phases(self) -> None:
         self._fwd_depth = 0                     # nesting of instrumented modules' forwards
         self._fwd_start = -1
+        self._micro_before = -1
         self._fwd_open: list[list] = []          # [start, end, micro, reached] grad forwards not yet backpropagated
         self._micros = 0                        # backward calls (micro-steps) started in this step
         self._bwd_depth = 0
@@ -126,6 +127,7 @@ class PhaseHooks:
         t = self.now()
         if self._step_start is None:
             self._begin_step(t)
+        self._micro_before = self.micro
         self.micro = self._micros       # the micro-step this forward starts, if a backward follows
         self._fwd_start = t
 
@@ -149,8 +151,10 @@ class PhaseHooks:
             if hooked:
                 self._fwd_open.append([self._fwd_start, t, self.micro, reached])
                 return
-        # no_grad / inference_mode / nothing to backpropagate: evaluation, never a micro-step
+        # no_grad / inference_mode / nothing to backpropagate: evaluation, never a micro-step; what
+        # follows (the optimizer after an evaluation) stays in the micro-step it was in
         self._phases.append(Phase(S.EVAL_FORWARD, "forward", self._fwd_start, t, self.micro))
+        self.micro = self._micro_before
 
     # ------------------------------------------------------------------ backward
     def backward_begin(self):
@@ -193,6 +197,8 @@ class PhaseHooks:
         t = self.now()
         if self._step_start is None:
             self._begin_step(t)
+        if self._micros:   # after a provisional forward (no backward yet): the last micro-step's
+            self.micro = self._micros - 1
         if id(opt) not in self._optimizers_seen:
             self._first_sight_of_optimizer(opt)
         entry = [t, type(opt).__name__]
