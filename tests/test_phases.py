@@ -140,3 +140,16 @@ def test_strategy_names():
     assert name_strategy({"collective_ops": ["broadcast", "all_reduce"]}) == \
         ("hand-written", "hand-written collectives (all_reduce, broadcast)")
     assert name_strategy({})[0] == "none"
+
+
+def test_dataparallel_named_and_timed(rec):
+    model, x = nn.DataParallel(net()), torch.randn(8, 16)   # on CPU: runs the module in-process
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    ev = rows(rec)
+    assert list(ev[ev["kind"] == S.FORWARD]["step"]) == [0, 1]
+    meta = load_run(rec.run_dir).meta
+    assert meta["strategy"] == "dataparallel" and meta["model"]["name"] == "Sequential"

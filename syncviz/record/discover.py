@@ -76,7 +76,9 @@ class RootDiscovery:
         self.stop()
         for m in roots:
             self.rec.hook_forward(m, discovered=True)
-            self.rec.observe(wrappers=_wrapper_name(m), **_wrapper_facts(m))
+            wrapper = _wrapper_name(m)
+            if wrapper:
+                self.rec.observe(wrappers=wrapper, **_wrapper_facts(m))
         if roots:
             self.rec.annotate_model(roots[0])
         return True
@@ -94,8 +96,10 @@ _WRAPPERS = ("DistributedDataParallel", "DataParallel", "FullyShardedDataParalle
 
 
 def _wrapper_name(module) -> str:
+    """The class of a data-parallel wrapper (or an engine's module keeping the model as ``.module``);
+    "" for a plain model."""
     name = type(module).__name__
-    return name if name in _WRAPPERS or _inner(module) is not module else "none"
+    return name if name in _WRAPPERS or _inner(module) is not module else ""
 
 
 def _wrapper_facts(module) -> dict[str, Any]:
