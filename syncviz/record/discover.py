@@ -7,7 +7,7 @@ syncviz.sync) torch's *global* module forward hooks watch every module call of t
 thread; the outermost call of a module with trainable parameters is timed as a forward. At the end
 of the first optimizer step the modules whose forward a backward reached are the roots: they get
 ordinary per-module hooks and the global hooks are removed, because a global hook costs every
-module call of every forward (measured in benchmarks/hook_cost.py --global-hooks: see the README).
+module call of every forward (benchmarks/discovery_cost.py measures both; figures in the README).
 Roots not found after ``MAX_STEPS`` steps: discovery gives up (no forward rows, backward and
 optimizer rows still come from autograd and the optimizer hooks).
 """
