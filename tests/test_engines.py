@@ -141,3 +141,25 @@ def test_fsdp1_wrapper(tmp_path):
     assert {"all_gather", "reduce_scatter"} <= ops
     worst = check_against_profiler(run, PROFILED)
     print("fsdp1", sums, worst)
+
+
+@pytest.mark.parametrize("hook", ["none", "mine"])
+def test_bucket_launch_is_the_collective_call(tmp_path, hook):
+    """Bucket rows: start_ns = comm-hook entry, launch_ns = the all_reduce call (DDP's default path
+    stamps it after the ×1/N scaling; a user's hook: its first collective inside the bucket)."""
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "2", "--quiet",
+                        "--out", str(out), str(SCRIPTS / "user_train.py"), "--steps", "3", "--accum", "1", "--hook", hook],
+                       capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ev = load_run(out).events
+    b = ev[ev["kind"] == S.BUCKET]
+    c = ev[(ev["kind"] == S.COLLECTIVE) & (ev["bucket"] >= 0)]
+    assert len(b) and len(b) == len(c)
+    m = b.merge(c, on=["rank", "step", "micro", "bucket"], suffixes=("", "_c"))
+    assert len(m) == len(b)
+    assert (m["launch_ns"] >= m["start_ns"]).all() and (m["launch_ns"] <= m["end_ns"]).all()
+    if hook == "mine":
+        assert (m["launch_ns"] == m["launch_ns_c"]).all()
+    else:   # our stamp right before dist.all_reduce; the collective wrapper stamps just after it
+        assert (m["launch_ns"] <= m["launch_ns_c"]).all() and (m["launch_ns"] > m["start_ns"]).all()
