@@ -14,7 +14,8 @@ $(BASE): pyproject.toml setup.py
 	$(PIP) install -q -e .
 	touch $(BASE)
 
-# What the tests need on top: pytest, selenium, triton (kernel tests), torch-tb-profiler, ruff.
+# What the tests need on top: pytest, selenium, triton (kernel tests), torch-tb-profiler, ruff,
+# lightning and accelerate (tests/test_engines.py).
 $(DEV): $(BASE)
 	$(PIP) install -q -e ".[test,kernels,profiler]"
 	touch $(DEV)

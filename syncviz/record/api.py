@@ -148,6 +148,7 @@ def _patch_fully_shard() -> None:
         out = orig(module, *args, **kwargs)
         rec = get_recorder()
         if rec is not None:
+            rec.observe(fsdp2=True, reshard_after_forward=str(kwargs.get("reshard_after_forward", "default")))
             for m in (out if isinstance(out, (list, tuple)) else [out]):
                 rec.instrument_module(m)
         return out

@@ -7,7 +7,7 @@ from typing import Callable
 from syncviz.record.events import BucketCall, CollectiveCall, GradReady, Phase
 from syncviz.trace import schema as S
 
-_COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)
+_COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)   # not EVAL_FORWARD: evaluation is no training phase
 
 
 def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: list[BucketCall],
@@ -38,19 +38,25 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
         ready_by[key] = max(ready_by.get(key, -1), t)
     # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
     # the collectives issued inside it.
+    # Its launch: the collective call inside the hook (DDP's default path stamps it; for another
+    # hook the first collective issued inside the bucket), the hook entry when none was recorded.
     sent: dict[tuple[int, int], int] = {}
     sent_dtype: dict[tuple[int, int], str] = {}
+    first_call: dict[tuple[int, int], int] = {}
     for c in collectives:
         if c.bucket >= 0 and c.kind == S.COLLECTIVE:
             key = (c.micro, c.bucket)
             sent[key] = sent.get(key, 0) + c.nbytes
             sent_dtype.setdefault(key, c.dtype)
+            if key not in first_call or c.launch < first_call[key]:
+                first_call[key] = c.launch
     for b in buckets:
         last_ready = max((ready_by.get((b.micro, i), -1) for i in bucket_params(b.layout, b.index)), default=-1)
         key = (max(b.micro, 0), b.index)
         add(S.BUCKET, b.hook, b.launch, b.done, micro=max(b.micro, 0), bucket=b.index, op="all_reduce",
             nbytes=sent.get(key, b.nbytes), dtype=sent_dtype.get(key, b.dtype), group_size=world_size,
-            ready=last_ready, launch=b.launch, phase=phase_at(b.launch, spans), layout=b.layout,
+            ready=last_ready, launch=b.issued if b.issued >= 0 else max(first_call.get(key, b.launch), b.launch),
+            phase=phase_at(b.launch, spans), layout=b.layout,
             logical=b.nbytes)
     for c in collectives:
         add(c.kind, c.name, c.launch, c.done, micro=c.micro, bucket=c.bucket, op=c.op, nbytes=c.nbytes,
@@ -81,7 +87,9 @@ def apply_cuda_times(cols: dict[str, list], buckets: list[BucketCall], anchor) -
     for i, kind in enumerate(cols["kind"]):
         if kind != S.BUCKET:
             continue
-        evs = by_key.get((cols["micro"][i], cols["bucket"][i], cols["launch_ns"][i]))
+        evs = by_key.get((cols["micro"][i], cols["bucket"][i], cols["start_ns"][i]))   # start_ns = hook entry
         if evs and evs[1] is not None:
+            hook_to_call = cols["launch_ns"][i] - cols["start_ns"][i]   # host: hook entry → collective call
             cols["start_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
+            cols["launch_ns"][i] = cols["start_ns"][i] + hook_to_call
             cols["end_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[1]) * 1e6)

@@ -52,6 +52,7 @@ class _BucketHook:
                 # sum. (Dividing by N instead differs in the last bit for N=3: tested.)
                 pg = self.pg
                 buf.mul_(1.0 / pg.size())
+                call.issued = rec.now()   # the collective call itself (hook entry is call.launch)
                 fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
                 unwrap = True
             else:
@@ -129,6 +130,8 @@ def ddp_meta(rec, ddp) -> None:
         "static_graph": bool(getattr(ddp, "static_graph", False)),
         "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
         "comm_hook": hook.name if hook.user_registered else "default (allreduce, 1/N)"})
+    rec.observe(wrappers="DistributedDataParallel",
+                comm_hook=hook.name if hook.user_registered else "default (allreduce, 1/N)")
 
 
 def _first_bucket_mb(ddp) -> float:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 class Phase(NamedTuple):
     """A forward, backward or optimizer interval (aligned ns)."""
-    kind: str          # schema.FORWARD | BACKWARD | OPTIMIZER
+    kind: str          # schema.FORWARD | EVAL_FORWARD | BACKWARD | OPTIMIZER
     name: str          # "forward", "backward", the optimizer's class name
     start: int
     end: int
@@ -42,6 +42,7 @@ class BucketCall:
     hook: str          # name of the hook in force
     micro: int
     done: int = -1     # the hook's future completed
+    issued: int = -1   # the default hook's all_reduce call (after DDP's ×1/N); -1: see batch.py
     cuda: Any = None   # [start event, end event] on CUDA, resolved a step later
 
 

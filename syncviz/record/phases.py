@@ -1,9 +1,26 @@
-"""The compute phases of a step, from hooks: forward (module forward hooks), backward (autograd:
-a pre-hook on the outputs' grad_fn starts it, an engine callback ends it), gradient-ready times
-(post-accumulate-grad hooks) and optimizer steps (torch's global optimizer step hooks; the
-outermost step ends the training step). Mixed into the Recorder, which owns the step state."""
+"""The compute phases of a step, from hooks, whatever engine runs the loop (DDP, FSDP, DeepSpeed,
+Lightning, accelerate, a hand-written loop):
+
+- forward: forward hooks on the model's root module(s): the DDP / FSDP2 / syncviz.sync module when
+  one is built, else the roots discovery.py finds (outermost module calls with trainable
+  parameters). A forward is provisional until a backward reaches its outputs (a ``grad_fn``
+  pre-hook marks it); one no backward reached by the end of the step, or one run with grad
+  disabled (``no_grad``, ``inference_mode``, evaluation), is an ``eval_forward`` and no micro-step.
+- backward: autograd itself. ``torch.autograd.backward`` (which ``Tensor.backward`` calls, whatever
+  calls that: DeepSpeed's engine, Lightning, accelerate, a loop) is wrapped; its outermost call is
+  the backward row and starts a micro-step. A backward run inside the engine (reentrant activation
+  checkpointing) is part of the outer one.
+- gradient-ready times: post-accumulate-grad hooks on the model's and the optimizer's parameters.
+- optimizer: torch's global optimizer step hooks; the outermost step ends the training step. The
+  part of ``step(closure)`` spent in the closure (Lightning runs forward and backward there) is cut
+  out: the optimizer row is split into pieces around each closure call.
+
+Mixed into the Recorder, which owns the step state. Hooks only append named records (DESIGN.md:
+no device sync, no I/O in a hook); the step boundary turns them into a record batch.
+"""
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 import torch
@@ -12,10 +29,75 @@ from syncviz.record import clock
 from syncviz.record.events import Phase
 from syncviz.trace import schema as S
 
+_BACKWARD_TARGET = None     # the recorder the torch.autograd.backward wrapper reports to
+_ORIG_BACKWARD = None
+
+
+def _install_backward_wrapper(rec) -> None:
+    """Route ``torch.autograd.backward`` through one wrapper (installed once per process); the
+    latest recorder receives its calls. Tensor.backward looks the function up at call time."""
+    global _BACKWARD_TARGET, _ORIG_BACKWARD
+    _BACKWARD_TARGET = rec
+    if _ORIG_BACKWARD is not None:
+        return
+    orig = _ORIG_BACKWARD = torch.autograd.backward
+
+    @functools.wraps(orig)
+    def backward(*args, **kwargs):
+        rec = _BACKWARD_TARGET
+        if rec is None:
+            return orig(*args, **kwargs)
+        token = rec.backward_begin()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            rec.backward_end(token)
+
+    backward.__wrapped__ = orig
+    torch.autograd.backward = backward
+
+
+def release_backward_wrapper(rec) -> None:
+    global _BACKWARD_TARGET
+    if _BACKWARD_TARGET is rec:
+        _BACKWARD_TARGET = None
+
 
 class PhaseHooks:
-    """Hook callables of the Recorder. They only append named records (DESIGN.md: no device sync,
-    no I/O in a hook); the step boundary (``end_step``) turns them into a record batch."""
+    """Hook callables of the Recorder."""
+
+    def _init_phases(self) -> None:
+        self._fwd_depth = 0                     # nesting of instrumented modules' forwards
+        self._fwd_start = -1
+        self._micro_before = -1
+        self._fwd_open: list[list] = []          # [start, end, micro, reached] grad forwards not yet backpropagated
+        self._micros = 0                        # backward calls (micro-steps) started in this step
+        self._bwd_depth = 0
+        self._opt_stack: list[list] = []         # [piece start, name] per optimizer step in progress
+        self._optimizers_seen: dict[int, str] = {}
+        self._install_optimizer_hooks()
+        _install_backward_wrapper(self)
+
+    def _reset_phases(self) -> None:
+        self._fwd_depth = 0
+        self._fwd_open = []
+        self._micros = 0
+        self._bwd_depth = 0
+
+    def _begin_step(self, t: int) -> None:
+        self._step_start = t
+        if self.profiler is not None:
+            self.profiler.on_step_begin(self.step)
+        if self._cuda:
+            anchor = torch.cuda.Event(enable_timing=True)
+            anchor.record()
+            self._anchor = (t, anchor)
+
+    def _settle_forwards(self) -> None:
+        """Step boundary: forwards no backward reached were evaluation, not micro-steps."""
+        for start, end, micro, _ in self._fwd_open:
+            self._phases.append(Phase(S.EVAL_FORWARD, "forward", start, end, micro))
+        self._fwd_open = []
 
     # ------------------------------------------------------------------ gradient ready
     def grad_hook(self, index: int):
@@ -33,7 +115,7 @@ class PhaseHooks:
         """Stamp parameter ``index``'s gradient as ready now (engines without a per-parameter hook)."""
         self._ready.append((index, clock.local_ns(), self.micro))
 
-    # ------------------------------------------------------------------ forward / backward
+    # ------------------------------------------------------------------ forward
     def forward_pre(self, module, args):
         # Only the outermost instrumented forward counts, and not a recomputation inside backward
         # (activation checkpointing re-runs forwards while the autograd engine is running).
@@ -44,61 +126,65 @@ class PhaseHooks:
             return
         t = self.now()
         if self._step_start is None:
-            self._step_start = t
-            if self.profiler is not None:
-                self.profiler.on_step_begin(self.step)
-            if self._cuda:
-                anchor = torch.cuda.Event(enable_timing=True)
-                anchor.record()
-                self._anchor = (t, anchor)
-        self.micro += 1
+            self._begin_step(t)
+        self._micro_before = self.micro
+        self.micro = self._micros       # the micro-step this forward starts, if a backward follows
         self._fwd_start = t
 
     def forward_post(self, module, args, output):
-        if self._end_forward():
-            micro = self.micro
-            for tensor in _tensors(output):
-                if tensor.grad_fn is not None:
-                    tensor.grad_fn.register_prehook(self._backward_start(micro))
-
-    def forward_post_first(self, module, args, output):
-        """forward_post for hooks that run before the module's other hooks: backward start is a
-        tensor hook on the outputs, which runs before hooks registered later on the same tensors."""
-        if self._end_forward():
-            for tensor in _tensors(output):
-                if tensor.requires_grad and tensor.grad_fn is not None:
-                    tensor.register_hook(self._backward_start_tensor(self.micro))
-
-    def _end_forward(self) -> bool:
-        """Record the outermost forward's end; True when its backward start should be hooked."""
         if torch._C._current_graph_task_id() != -1:
-            return False
+            return
         self._fwd_depth = max(0, self._fwd_depth - 1)
         if self._fwd_depth:
-            return False
-        self._phases.append(Phase(S.FORWARD, "forward", self._fwd_start, self.now(), self.micro))
-        return torch.is_grad_enabled()
+            return
+        t = self.now()
+        if torch.is_grad_enabled():
+            reached = [False]
 
-    def _backward_start_tensor(self, micro: int):
-        # FSDP2 queues its own end-of-backward callback (the root's reduce-scatter) after ours:
-        # end the backward row one callback later, after it (callbacks may queue callbacks)
-        prehook = self._backward_start(micro, defer=True)
+            def mark(grad_outputs, _r=reached):
+                _r[0] = True
+            hooked = False
+            for tensor in _tensors(output):
+                if tensor.grad_fn is not None:
+                    tensor.grad_fn.register_prehook(mark)
+                    hooked = True
+            if hooked:
+                self._fwd_open.append([self._fwd_start, t, self.micro, reached])
+                return
+        # no_grad / inference_mode / nothing to backpropagate: evaluation, never a micro-step; what
+        # follows (the optimizer after an evaluation) stays in the micro-step it was in
+        self._phases.append(Phase(S.EVAL_FORWARD, "forward", self._fwd_start, t, self.micro))
+        self.micro = self._micro_before
 
-        def hook(grad):
-            prehook((grad,))
-        return hook
+    # ------------------------------------------------------------------ backward
+    def backward_begin(self):
+        """An outermost ``torch.autograd.backward`` call starts: a new micro-step. Returns a token
+        for backward_end (None for a nested call)."""
+        if self._bwd_depth or torch._C._current_graph_task_id() != -1:
+            self._bwd_depth += 1
+            return None
+        self._bwd_depth = 1
+        t = self.now()
+        if self._step_start is None:
+            self._begin_step(t)
+        self.micro = self._micros
+        self._micros += 1
+        return t
 
-    def _backward_start(self, micro: int, defer: bool = False):
-        def prehook(grad_outputs):
-            if micro not in self._bwd_start:
-                t = self.now()
-                self._bwd_start[micro] = t
-                engine = torch.autograd.Variable._execution_engine
-
-                def end():
-                    self._phases.append(Phase(S.BACKWARD, "backward", t, self.now(), micro))
-                engine.queue_callback((lambda: engine.queue_callback(end)) if defer else end)
-        return prehook
+    def backward_end(self, token) -> None:
+        self._bwd_depth = max(0, self._bwd_depth - 1)
+        if token is None:
+            return
+        micro = self.micro
+        self._phases.append(Phase(S.BACKWARD, "backward", token, self.now(), micro))
+        # the forwards this backward reached are this micro-step's; the others stay provisional
+        still = []
+        for f in self._fwd_open:
+            if f[3][0]:
+                self._phases.append(Phase(S.FORWARD, "forward", f[0], f[1], micro))
+            else:
+                still.append(f)
+        self._fwd_open = still
 
     # ------------------------------------------------------------------ optimizer
     def _install_optimizer_hooks(self) -> None:
@@ -108,7 +194,30 @@ class PhaseHooks:
                              register_optimizer_step_post_hook(self._opt_post)]
 
     def _opt_pre(self, opt, args, kwargs):
-        self._opt_stack.append((self.now(), type(opt).__name__))
+        t = self.now()
+        if self._step_start is None:
+            self._begin_step(t)
+        if self._micros:   # after a provisional forward (no backward yet): the last micro-step's
+            self.micro = self._micros - 1
+        if id(opt) not in self._optimizers_seen:
+            self._first_sight_of_optimizer(opt)
+        entry = [t, type(opt).__name__]
+        depth = len(self._opt_stack)
+        self._opt_stack.append(entry)
+        # step(closure): time the closure (forward and backward, in Lightning) out of the row
+        closure = kwargs.get("closure") if "closure" in kwargs else (args[1] if len(args) > 1 else None)
+        if closure is None or not callable(closure):
+            return None
+        def closure_timed(*a, **k):
+            self._phases.append(Phase(S.OPTIMIZER, entry[1], entry[0], self.now(), self.micro, depth))
+            try:
+                return closure(*a, **k)
+            finally:
+                entry[0] = self.now()
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_timed}
+        return (args[0], closure_timed, *args[2:]), kwargs
 
     def _opt_post(self, opt, args, kwargs):
         if not self._opt_stack:
@@ -119,26 +228,38 @@ class PhaseHooks:
         if not self._opt_stack:
             self.end_step()
 
+    def _first_sight_of_optimizer(self, opt) -> None:
+        """Gradient-ready hooks on the parameters an optimizer owns (those no module showed us)."""
+        self._optimizers_seen[id(opt)] = type(opt).__name__
+        params = [p for g in getattr(opt, "param_groups", []) for p in g.get("params", [])
+                  if isinstance(p, torch.Tensor)]
+        self.index_tensors(params)
+        self.observe(optimizers=type(opt).__name__)
+        if "model" not in self.meta_extra and params:   # no module seen: the optimizer's parameters
+            from syncviz.record.discover import params_facts
+            self.annotate(model=params_facts(params))
+
     # ------------------------------------------------------------------ modules
     def instrument_module(self, module: torch.nn.Module, *, prepend: bool = True) -> torch.nn.Module:
-        """Forward, backward-start and gradient-ready instrumentation of a model that is not DDP
-        (an FSDP2 ``fully_shard`` module; its collectives come from syncviz.record.collectives).
-        Nested instrumented modules (FSDP2 blocks inside the root) count one forward: the outermost."""
+        """Forward and gradient-ready instrumentation of a model that is not DDP (an FSDP2
+        ``fully_shard`` module; its collectives come from syncviz.record.collectives). Nested
+        instrumented modules (FSDP2 blocks inside the root) count one forward: the outermost."""
         if getattr(module, "_syncviz_instrumented", False):
             return module
         module._syncviz_instrumented = True
         self.index_params(module)
-        # prepend: FSDP2's own hooks (the root's all-gather before forward, its pre-backward
-        # all-gathers hooked on the outputs) must fall inside our forward and backward
+        # prepend: FSDP2's own hooks (the root's all-gather before forward) fall inside our forward
         self.hook_forward(module, prepend=prepend)
         self.annotate_model(module)
         return module
 
-    def hook_forward(self, module: torch.nn.Module, *, prepend: bool = False) -> None:
-        """Time ``module``'s forward as the step's forward and hook backward start on its outputs."""
-        post = self.forward_post_first if prepend else self.forward_post
+    def hook_forward(self, module: torch.nn.Module, *, prepend: bool = False, discovered: bool = False) -> None:
+        """Time ``module``'s forward as the step's forward (outermost call) and mark the forwards a
+        backward reaches. An explicitly instrumented module ends root discovery (discovery.py)."""
+        if not discovered:
+            self.stop_discovery()
         self.add_hook_handle(module.register_forward_pre_hook(self.forward_pre, prepend=prepend))
-        self.add_hook_handle(module.register_forward_hook(post, prepend=prepend))
+        self.add_hook_handle(module.register_forward_hook(self.forward_post, prepend=prepend, always_call=True))
 
     def index_params(self, module: torch.nn.Module, hook_grads: bool = True) -> dict[int, int]:
         """Number the parameters (first seen, first numbered) and hook their gradient accumulation.
@@ -146,14 +267,18 @@ class PhaseHooks:
         tensors, and the reduce-scatter collectives mark when a group's gradients were ready.
         Returns id(param) → index for the module's parameters."""
         names = {id(p): n for n, p in module.named_parameters()}
-        for p in module.parameters():
+        self.index_tensors(module.parameters(), names, hook_grads)
+        return {id(p): self._param_index[id(p)][0] for p in module.parameters()}
+
+    def index_tensors(self, params: Iterable[torch.Tensor], names: dict[int, str] | None = None,
+                      hook_grads: bool = True) -> None:
+        for p in params:
             if id(p) in self._param_index:
                 continue
             i = len(self._param_index)
-            self._param_index[id(p)] = (i, names.get(id(p), f"param{i}"))
-            if hook_grads and p.requires_grad and not _is_dtensor(p):
+            self._param_index[id(p)] = (i, (names or {}).get(id(p), f"param{i}"))
+            if hook_grads and p.requires_grad and p.is_leaf and not _is_dtensor(p):
                 self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
-        return {id(p): self._param_index[id(p)][0] for p in module.parameters()}
 
     def param_index(self, p) -> tuple[int, str]:
         """(index, name) of a parameter indexed by index_params; (-1, "?") otherwise."""
@@ -161,17 +286,9 @@ class PhaseHooks:
 
     def annotate_model(self, module: torch.nn.Module, grad_params=None) -> None:
         """run.json's model facts (name, parameter count, bytes, gradient bytes) and device."""
-        params = list(module.parameters())   # DTensor numel() is the global (unsharded) size
-        grads = params if grad_params is None else list(grad_params)
-        name = type(module).__name__
-        if name.startswith("FSDP") and len(type(module).__mro__) > 2:   # FSDP2's FSDP<cls> subclass
-            name = name[4:]
-        device = params[0].device.type if params else "cpu"
-        self.annotate(model={
-            "name": name, "params": sum(p.numel() for p in params),
-            "bytes": sum(p.numel() * p.element_size() for p in params),
-            "grad_bytes": sum(p.numel() * p.element_size() for p in grads if p.requires_grad)},
-            device=device)
+        from syncviz.record.discover import model_facts
+        facts, device = model_facts(module, grad_params)
+        self.annotate(model=facts, device=device)
         self._cuda = self._cuda or device == "cuda"
 
 

@@ -26,11 +26,16 @@ import torch.distributed as dist
 from syncviz import __version__
 from syncviz.record import clock
 from syncviz.record.batch import apply_cuda_times, build_batch
+from syncviz.record.discover import RootDiscovery, name_strategy
 from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.record.options import StepSelection
-from syncviz.record.phases import PhaseHooks
+from syncviz.record.phases import PhaseHooks, release_backward_wrapper
 from syncviz.trace import RankWriter, new_meta, write_json_atomic
 from syncviz.trace import schema as S
+
+
+def _start_of(phase) -> int:
+    return phase.start
 
 
 class Recorder(PhaseHooks):
@@ -62,12 +67,8 @@ class Recorder(PhaseHooks):
         self._buckets: list[BucketCall] = []
         self._collectives: list[CollectiveCall] = []
         self.settle_collectives: Callable | None = None   # set by syncviz.record.collectives.install
-        self._bwd_start: dict[int, int] = {}    # micro → t
         self._tls = threading.local()           # the bucket in progress is per thread
         self._quiet = 0                         # > 0 while syncviz runs its own collectives
-        self._fwd_depth = 0                     # nesting of instrumented modules' forwards
-        self._fwd_start = -1
-        self._opt_stack: list[tuple[int, str]] = []
         self._step_start = None
         self._layouts_seen: set[tuple[int, int]] = set()
         self._layout_rows: dict[int, dict[str, list]] = {}
@@ -84,7 +85,9 @@ class Recorder(PhaseHooks):
         self.grad_values = None                 # record/grads.py when --grad-values (opt-in)
         self.closed = False
         self._last_meta_write = 0.0
-        self._install_optimizer_hooks()
+        self.observed: dict[str, Any] = {}      # what ran, as seen (discover.name_strategy names it)
+        self._init_phases()
+        self._discovery = RootDiscovery(self)   # the model's root module(s) when no wrapper says
 
     # ---------------------------------------------------------------- public API for reporters
     @property
@@ -165,6 +168,28 @@ class Recorder(PhaseHooks):
         self.meta_extra.update(fields)
         self.write_meta()
 
+    def observe(self, **facts) -> None:
+        """Record what ran (wrapper, comm hook, sharding, ...); run.json's strategy is named from
+        these unless set_strategy set it explicitly (discover.name_strategy)."""
+        for k, v in facts.items():
+            if k in ("wrappers", "optimizers", "reshard_after_forward"):
+                self.observed.setdefault(k, [])
+                if v not in self.observed[k]:
+                    self.observed[k].append(v)
+            else:
+                self.observed[k] = v
+        self.write_meta()
+
+    def stop_discovery(self) -> None:
+        """A model was instrumented explicitly (DDP, FSDP2, an engine): no root discovery."""
+        if self._discovery is not None:
+            self._discovery.stop()
+            self._discovery = None
+
+    def last_forward_mark(self):
+        """The marker of the provisional forward recorded last (list [reached]; None if none)."""
+        return self._fwd_open[-1][3] if self._fwd_open else None
+
     def set_strategy(self, strategy: str | None = None, engine: str | None = None) -> None:
         if strategy:
             self.strategy = strategy
@@ -241,7 +266,7 @@ class Recorder(PhaseHooks):
         if self.rank != 0:
             return
         meta = new_meta(self.name, self.world_size, command=self.command, backend=None,
-                        device="cpu", strategy=self.strategy or "ddp", engine=self.engine,
+                        device="cpu", strategy=self.strategy or name_strategy(self.observed)[0], engine=self.engine,
                         torch_version=torch.__version__, syncviz_version=__version__)
         path = self.run_dir / S.RUN_FILE
         if path.exists():   # keep run_id/created of the first write
@@ -249,6 +274,7 @@ class Recorder(PhaseHooks):
                 old = json.loads(path.read_text())
                 meta["run_id"], meta["created"] = old["run_id"], old["created"]
         meta.update(self.meta_extra)
+        meta["strategy_detail"] = name_strategy(self.observed)[1]
         meta["steps_recorded"] = self._writer.steps_written if self._writer else 0
         meta["finished"] = finished
         write_json_atomic(path, meta)
@@ -266,6 +292,13 @@ class Recorder(PhaseHooks):
     def end_step(self) -> None:
         """Step boundary: turn this step's records into one record batch and write it."""
         step = self.step
+        self._settle_forwards()
+        self._phases.sort(key=_start_of)   # forwards are appended once a backward reached them
+        if self._collectives:
+            ops = self.observed.setdefault("collective_ops", [])
+            ops.extend({c.op for c in self._collectives if c.kind == S.COLLECTIVE and c.op not in ops})
+        if self._discovery is not None and self._discovery.step_ended():
+            self._discovery = None
         if step in self.selection:
             cuda = [b for b in self._buckets if b.cuda is not None]
             self._pending.append((self._build_batch(step), cuda, self._anchor))
@@ -300,8 +333,7 @@ class Recorder(PhaseHooks):
         self._ready.clear()          # the grad hooks hold this list: clear, don't replace
         self._buckets = []
         self._collectives = []
-        self._bwd_start.clear()
-        self._fwd_depth = 0
+        self._reset_phases()
         self._step_start = None
         self.micro = -1
 
@@ -342,6 +374,8 @@ class Recorder(PhaseHooks):
         if self.closed:
             return
         self.closed = True
+        self.stop_discovery()
+        release_backward_wrapper(self)
         if self._layout_rows:
             self._flush_layouts()
         with contextlib.suppress(Exception):

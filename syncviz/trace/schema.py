@@ -28,8 +28,10 @@ def layout_file(rank: int) -> str:
 # called → future done); "collective" is one torch.distributed call (any strategy).
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 BUCKET, COLLECTIVE, GRAD_READY, STEP = "bucket", "collective", "grad_ready", "step"
+# A forward no backward followed (evaluation, no_grad, inference_mode): not a micro-step, not compute
+# of the training step's forward phase.
 EVAL_FORWARD = "eval_forward"
-KINDS = (FORWARD, BACKWARD, OPTIMIZER, BUCKET, COLLECTIVE, GRAD_READY, STEP)
+KINDS = (FORWARD, BACKWARD, OPTIMIZER, BUCKET, COLLECTIVE, GRAD_READY, STEP, EVAL_FORWARD)
 COMPUTE_KINDS = (FORWARD, BACKWARD, OPTIMIZER)
 COMM_KINDS = (BUCKET, COLLECTIVE)
 
@@ -75,7 +77,7 @@ EVENT_SCHEMA = pa.schema([
     ("dtype", pa.string()),
     ("group_size", pa.int32()),
     ("ready_ns", pa.int64()),    # bucket: when its last gradient was ready (this rank)
-    ("launch_ns", pa.int64()),   # bucket/collective: when it was launched
+    ("launch_ns", pa.int64()),   # collective: its call; bucket: the collective's call inside the hook (start_ns = hook entry)
     ("phase", pa.string()),      # which compute phase the launch fell in (PHASES)
     ("layout", pa.int32()),      # bucket-layout version (DDP rebuilds buckets after step 0)
     ("logical_bytes", pa.int64()),  # bucket: uncompressed gradient bytes (== bytes unless compressed)
@@ -157,7 +159,10 @@ RUN_KEYS = {
     "nodes": "number of nodes",
     "backend": "gloo | nccl | ...",
     "device": "cpu | cuda",
-    "strategy": "ddp | ddp-fp16 | ddp-bf16 | powersgd | zero1 | zero2 | zero3 | syncviz-all_reduce | ...",
+    "strategy": "ddp | ddp-fp16 | ddp-bf16 | powersgd | zero1 | zero2 | zero3 | syncviz-all_reduce | ... as the "
+                "workload set it, else as observed: ddp | zero1 | fsdp2 | fsdp1 | dataparallel | hand-written | "
+                "<engine module class, lower case> | none",
+    "strategy_detail": "what was observed, in words (wrapper, comm hook, resharding, sharding strategy, ops)",
     "engine": "torch | syncviz | simulated",
     "torch_version": "torch.__version__",
     "syncviz_version": "syncviz.__version__",
