@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 BASE := .make-base
 DEV := .make-dev
 
-.PHONY: install install-dev demo test test-fast lint bench dash clean
+.PHONY: install install-dev demo test test-fast lint bench gpu-check dash clean
 
 # CPU torch first, pinned: an unpinned resolve of `torch` (or of a package that depends on it)
 # would download the multi-GB CUDA build on a CPU machine.
@@ -40,7 +40,14 @@ test-fast: $(DEV)
 	$(PYTHON) -m pytest -q -m "not slow and not browser" tests
 
 bench: $(DEV)
-	for b in benchmarks/*.py; do echo "== $$b"; $(PYTHON) $$b || exit 1; done
+	for b in benchmarks/*.py; do [ $$b = benchmarks/gpu_check.py ] && continue; echo "== $$b"; $(PYTHON) $$b || exit 1; done
+
+# The CUDA/NCCL path on one GPU (report in gpu-check/); without a GPU, its CPU self-checks.
+# Uses the torch already installed (a CUDA build on a GPU machine): installs only the project,
+# triton and pytest when they are missing, never torch (pip keeps an installed torch >= 2.4).
+gpu-check:
+	$(PYTHON) -c "import syncviz.kernels, pytest, triton" 2>/dev/null || $(PIP) install -q -e ".[kernels]" pytest pytest-timeout
+	$(PYTHON) benchmarks/gpu_check.py --out gpu-check $(GPU_CHECK_ARGS)
 
 dash: $(BASE)
 	syncviz dash traces/

@@ -378,14 +378,14 @@ class _RecorderTrace(_Trace):
         return rec.add_collective(CollectiveCall(
             kind, f"syncviz {op}", op, max(rec.micro, 0), rec.now(), nbytes, S.dtype_name(buf.dtype),
             self.world, bucket=b.index, ready=ready, layout=0,
-            logical_bytes=logical_numel * b.params[0].element_size()))
+            logical_bytes=logical_numel * b.params[0].element_size()), device=buf.device)   # CUDA: event times
 
     def done_callback(self, row):
         if row is None:
             return _nothing
 
         def done(row=row):
-            row.done = self.rec.now()              # runs when the collective completes
+            self.rec.collective_done(row)          # runs when the collective completes
         return done
 
     def in_bucket(self, index: int):

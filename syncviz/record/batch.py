@@ -77,19 +77,28 @@ def phase_at(t: int, spans: list[tuple[int, int, str]]) -> str:
     return "other"
 
 
-def apply_cuda_times(cols: dict[str, list], buckets: list[BucketCall], anchor) -> None:
-    """Replace host times of CUDA bucket rows by GPU-side start/end: the anchor's host time plus
-    the anchor event's elapsed time to each bucket's start/end event (events already completed)."""
+def apply_cuda_times(cols: dict[str, list], calls: list, anchor, gpu_clock=None) -> None:
+    """Replace host times of CUDA rows (BucketCall and CollectiveCall records with ``.cuda`` events)
+    by GPU-side start/end: the step anchor's time on our clock plus the anchor event's elapsed time
+    to each start/end event (events already completed). The anchor's time comes from
+    ``gpu_clock`` (cudaclock.GpuClock: the GPU runs behind the host); without one, the host time
+    at which the anchor was enqueued."""
     if not anchor:
         return
     t_anchor, ev_anchor = anchor
-    by_key = {(max(b.micro, 0), b.index, b.launch): b.cuda for b in buckets if b.cuda is not None}
+    if gpu_clock is not None:
+        t_anchor = gpu_clock.anchor_time(t_anchor, ev_anchor)
+    by_key = {}   # (kind, micro, bucket, launch) → [start, end]
+    for c in calls:
+        if c.cuda is not None:
+            kind, bucket = (S.BUCKET, c.index) if isinstance(c, BucketCall) else (c.kind, c.bucket)
+            by_key[(kind, max(c.micro, 0), bucket, c.launch)] = c.cuda
     for i, kind in enumerate(cols["kind"]):
-        if kind != S.BUCKET:
-            continue
-        evs = by_key.get((cols["micro"][i], cols["bucket"][i], cols["start_ns"][i]))   # start_ns = hook entry
+        # start_ns is the hook entry for DDP buckets, = launch for engine rows (both: call.launch)
+        evs = by_key.get((kind, cols["micro"][i], cols["bucket"][i], cols["start_ns"][i]))
         if evs and evs[1] is not None:
+            # the start event is recorded right before the collective call (ddp.py, sync.py)
             hook_to_call = cols["launch_ns"][i] - cols["start_ns"][i]   # host: hook entry → collective call
-            cols["start_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
-            cols["launch_ns"][i] = cols["start_ns"][i] + hook_to_call
+            cols["launch_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
+            cols["start_ns"][i] = cols["launch_ns"][i] - hook_to_call
             cols["end_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[1]) * 1e6)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
+from syncviz.record.cudaclock import timing_event
+
 if TYPE_CHECKING:
     from syncviz.record.recorder import Recorder
 
@@ -41,10 +43,10 @@ class _BucketHook:
         call = rec.begin_bucket(index, layout, nbytes, buf.dtype, self.name)
         # opt-in (--grad-values): copies a few values out of buf before anything scales it
         values = rec.grad_values.before(bucket, buf, layout, index) if rec.grad_values is not None else None
-        if buf.is_cuda:   # GPU-side interval from CUDA events, resolved a step later (never blocks)
-            start_ev = torch.cuda.Event(enable_timing=True)
-            start_ev.record()
-            call.cuda = [start_ev, None]
+        # GPU-side interval from CUDA events (call.cuda = [start, end]), resolved a step later
+        # (never blocks). The start event goes on the stream right before the collective is
+        # issued, so the default path's 1/N scaling kernel is not counted as communication.
+        cuda = buf.is_cuda
         with rec.in_bucket(index), rec.profile_range(index, nbytes):
             if self.target is None:
                 # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
@@ -53,19 +55,23 @@ class _BucketHook:
                 pg = self.pg
                 buf.mul_(1.0 / pg.size())
                 call.issued = rec.now()   # the collective call itself (hook entry is call.launch)
+                if cuda:
+                    call.cuda = [timing_event(buf.device), None]
                 fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
                 unwrap = True
             else:
+                if cuda:
+                    call.cuda = [timing_event(buf.device), None]
                 fut = self.target(self.state, bucket)
                 unwrap = False
 
-        def done(f, call=call, unwrap=unwrap, values=values):
+        def done(f, call=call, unwrap=unwrap, values=values, device=buf.device):
             call.done = rec.now()
             if call.cuda is not None:
-                # the callback's current stream waits for the collective: this marks its GPU end
-                end_ev = torch.cuda.Event(enable_timing=True)
-                end_ev.record()
-                call.cuda[1] = end_ev
+                # A CUDA future runs its callbacks on streams made to wait for the collective's
+                # completion events (NCCL completes the future at enqueue, so the host time above
+                # is the enqueue): an event recorded here marks the collective's GPU end.
+                call.cuda[1] = timing_event(device)
             v = f.value()
             v = v[0] if unwrap else v
             if values is not None:

@@ -64,3 +64,4 @@ class CollectiveCall:
     logical_bytes: int = -1   # -1: same as nbytes
     phase: str = ""    # "" = derived from the compute phases at flush
     work: Any = None   # the torch Work while in flight (future-less backends are settled at flush)
+    cuda: Any = None   # [start event, end event, device] on CUDA (engine rows), resolved a step later

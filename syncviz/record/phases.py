@@ -26,6 +26,7 @@ from typing import Iterable
 import torch
 
 from syncviz.record import clock
+from syncviz.record.cudaclock import timing_event
 from syncviz.record.events import Phase
 from syncviz.trace import schema as S
 
@@ -89,9 +90,7 @@ class PhaseHooks:
         if self.profiler is not None:
             self.profiler.on_step_begin(self.step)
         if self._cuda:
-            anchor = torch.cuda.Event(enable_timing=True)
-            anchor.record()
-            self._anchor = (t, anchor)
+            self._anchor = (t, timing_event(self._gpu_clock.device))
 
     def _settle_forwards(self) -> None:
         """Step boundary: forwards no backward reached were evaluation, not micro-steps."""
@@ -289,7 +288,8 @@ class PhaseHooks:
         from syncviz.record.discover import model_facts
         facts, device = model_facts(module, grad_params)
         self.annotate(model=facts, device=device)
-        self._cuda = self._cuda or device == "cuda"
+        if device == "cuda":
+            self.use_cuda(next(module.parameters()).device)
 
 
 def _is_dtensor(t) -> bool:

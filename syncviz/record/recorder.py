@@ -27,6 +27,7 @@ from syncviz import __version__
 from syncviz.record import clock
 from syncviz.record.batch import apply_cuda_times, build_batch
 from syncviz.record.discover import RootDiscovery, name_strategy
+from syncviz.record.cudaclock import CudaTimes, timing_event, wait_for
 from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.record.options import StepSelection
 from syncviz.record.phases import PhaseHooks, release_backward_wrapper
@@ -38,7 +39,7 @@ def _start_of(phase) -> int:
     return phase.start
 
 
-class Recorder(PhaseHooks):
+class Recorder(PhaseHooks, CudaTimes):
     """One per rank. Collects the records of the current step; end_step() writes them."""
 
     def __init__(self, run_dir: str | os.PathLike, *, rank: int | None = None,
@@ -77,6 +78,7 @@ class Recorder(PhaseHooks):
         self._pending: list[tuple] = []          # built steps not yet written (CUDA events pending)
         self._anchor: tuple | None = None       # (host ns, CUDA event) at the step's first forward
         self._cuda = False                      # an instrumented model lives on a CUDA device
+        self._gpu_clock = None                  # cudaclock.GpuClock, once a CUDA model is instrumented
         self._param_index: dict[int, tuple[int, str]] = {}    # id(param) → (index, name)
         self._names_by_index: dict[int, str] = {}
         self._hook_handles: list = []
@@ -128,8 +130,12 @@ class Recorder(PhaseHooks):
         self._buckets.append(call)
         return call
 
-    def add_collective(self, call: CollectiveCall) -> CollectiveCall:
-        """A collective (or an engine's own bucket row) of this step; ``.done`` may be set later."""
+    def add_collective(self, call: CollectiveCall, device=None) -> CollectiveCall:
+        """A collective (or an engine's own bucket row) of this step; ``.done`` set later (collective_done).
+        On a CUDA ``device`` its start/end come from CUDA events, the start recorded now, just before
+        the caller issues it (an NCCL future completes at enqueue: host stamps would not time it)."""
+        if device is not None and device.type == "cuda":
+            call.cuda = [timing_event(device), None, device]
         self._collectives.append(call)
         return call
 
@@ -300,7 +306,7 @@ class Recorder(PhaseHooks):
         if self._discovery is not None and self._discovery.step_ended():
             self._discovery = None
         if step in self.selection:
-            cuda = [b for b in self._buckets if b.cuda is not None]
+            cuda = [c for c in self._buckets + self._collectives if c.cuda is not None]
             self._pending.append((self._build_batch(step), cuda, self._anchor))
             self._write_ready_steps()
             if self.rank == 0 and time.monotonic() - self._last_meta_write > 0.5:
@@ -314,16 +320,18 @@ class Recorder(PhaseHooks):
 
     def _write_ready_steps(self, wait: bool = False) -> None:
         """Write built steps in order. A step with CUDA collectives waits (a step or more) until
-        its events have completed, then gets GPU-side start/end times (batch.apply_cuda_times)."""
+        its events have completed, then gets GPU-side start/end times (batch.apply_cuda_times).
+        ``wait`` (close) spins on the events: torch.cuda.synchronize() raises under a user's
+        set_sync_debug_mode("error"), and close() would have dropped the pending steps with it."""
         while self._pending:
             cols, cuda, anchor = self._pending[0]
             if cuda:
-                events = [e for b in cuda for e in b.cuda] + ([anchor[1]] if anchor else [])
-                if not wait and not all(e is not None and e.query() for e in events):
-                    return
+                events = [e for b in cuda for e in b.cuda[:2]] + ([anchor[1]] if anchor else [])
                 if wait:
-                    torch.cuda.synchronize()
-                apply_cuda_times(cols, cuda, anchor)
+                    wait_for(events)
+                elif not all(e is not None and e.query() for e in events):
+                    return
+                apply_cuda_times(cols, cuda, anchor, self._gpu_clock)
             self.writer.write_step(cols)
             self._pending.pop(0)
 

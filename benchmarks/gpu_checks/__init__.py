@@ -1,0 +1,2 @@
+"""The parts of benchmarks/gpu_check.py: one module per check, plus the rank-side scripts they
+launch (ddp_train.py, gpt_train.py, engine_train.py) and the shared report/launch helpers."""
