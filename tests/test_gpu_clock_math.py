@@ -50,5 +50,7 @@ def test_ddp_buckets_and_engine_rows_get_gpu_times_other_rows_keep_theirs():
     clock = GpuClock(lambda: 0)
     clock.ref = (_Done(0), 0)
     apply_cuda_times(cols, [ddp, eng, pending], (6_000, _Done(6_000)), clock)
-    assert cols["start_ns"] == [6_500, 6_600, 300, 200]
+    # launch_ns ← the start event (recorded at the collective call); start_ns keeps the host's
+    # hook-entry → call gap before it (0 here: _cols sets start = launch)
+    assert cols["launch_ns"] == [6_500, 6_600, 300, 200] and cols["start_ns"] == [6_500, 6_600, 300, 200]
     assert cols["end_ns"] == [7_000, 8_000, -1, -1]

@@ -56,8 +56,8 @@ def device_intervals(trace: dict, mode: str, sizes: set[int] | None = None) -> l
 
 
 def compare(run, folder, mode: str, first_step: int) -> dict:
-    """Per bucket: |Δstart| and |Δend| (syncviz − profiler) in µs and as a fraction of the bucket's
-    duration (syncviz end − start). Medians over all ranks' buckets, and pass/fail against
+    """Per bucket: |Δstart| and |Δend| (syncviz launch/end − profiler) in µs and as a fraction of
+    the collective's duration (syncviz end − launch). Medians over all ranks' buckets, and pass/fail against
     TOLERANCE (with the FLOOR_NS resolution floor)."""
     ev = run.events
     d_start, d_end, rel_start, rel_end, durs = [], [], [], [], []
@@ -72,8 +72,9 @@ def compare(run, folder, mode: str, first_step: int) -> dict:
         iv = device_intervals(trace, mode, sizes)
         counts.append((r, len(b), len(iv)))
         for (s_us, e_us), row in zip(iv, b.itertuples()):
-            dur = max(row.end_ns - row.start_ns, 1)
-            ds, de = row.start_ns - conv(s_us), row.end_ns - conv(e_us)
+            # launch_ns: the collective call (start_ns is the DDP hook's entry, before its ×1/N)
+            dur = max(row.end_ns - row.launch_ns, 1)
+            ds, de = row.launch_ns - conv(s_us), row.end_ns - conv(e_us)
             d_start.append(ds / 1e3)
             d_end.append(de / 1e3)
             tol = max(TOLERANCE * dur, FLOOR_NS)
