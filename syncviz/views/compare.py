@@ -307,6 +307,12 @@ def render(comparisons: list[dict], console: Console) -> None:
             console.print(f"• [{_label(c, comparisons)}] {n}", highlight=False, markup=False)
 
 
+def wide_console() -> Console:
+    """Wide enough for the tables when piped (rich assumes 80 columns without a terminal)."""
+    import sys
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
 def model_text(c: dict) -> str:
     m = c.get("model") or {}
     return f"{m.get('name', '?')} ({m.get('params', 0) / 1e6:.2f} M params)"
@@ -325,4 +331,4 @@ def compare_command(runs, strategies, as_json):
     if as_json:
         click.echo(json.dumps(comparisons, indent=1, default=float))
         return
-    render(comparisons, Console())
+    render(comparisons, wide_console())

@@ -96,13 +96,12 @@ def demo_compare(preset="tiny", steps=6, nproc=2, out=None, bucket_cap_mb=25.0, 
                  strategies=("ddp", "zero2", "zero3")) -> list[Path]:
     """Trace the built-in model once per strategy (runs land under ``out``, default traces/) and
     print the comparison."""
-    from syncviz.views.compare import load_runs, render, run_comparison
-    from rich.console import Console
+    from syncviz.views.compare import load_runs, render, run_comparison, wide_console
     root = Path(out or "traces")
     dirs = []
     for s in strategies:
         click.echo(f"[syncviz] tracing {preset} with {s} on {nproc} ranks ...", err=True)
         dirs.append(run_demo(preset=preset, steps=steps, nproc=nproc, strategy=s, bucket_cap_mb=bucket_cap_mb,
                              batch=batch, seq=seq, out=os.fspath(root / f"demo-{preset}-{s}"), quiet=True))
-    render([run_comparison(r) for r in load_runs(dirs)], Console())
+    render([run_comparison(r) for r in load_runs(dirs)], wide_console())
     return dirs
