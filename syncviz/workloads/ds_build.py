@@ -2,9 +2,9 @@
 
 DeepSpeed installed with ``DS_BUILD_OPS=0`` compiles its ops on first use through
 torch.utils.cpp_extension (ninja, in ``$TORCH_EXTENSIONS_DIR/<op>/``). Measured on this 2-core
-machine (DeepSpeed 0.19.8, torch 2.13 CPU, other jobs running beside it): ``cpu_adam`` 66 s,
-``async_io`` + ``pin_memory`` (ZeRO-Infinity's NVMe swapping, needs libaio-dev) ~3 min,
-``deepspeed_shm_comm`` ~1 min. Three things go wrong without care, and this module handles them:
+machine (DeepSpeed 0.19.8, torch 2.13 CPU): ``cpu_adam`` 66 s on a quiet moment, ``async_io`` +
+``pin_memory`` (ZeRO-Infinity's NVMe swapping, needs libaio-dev) 735 s with the machine loaded,
+``deepspeed_shm_comm`` 1-4 min. Three things go wrong without care, and this module handles them:
 
 - the build starts inside every rank at once (one builds, the others wait on a lock) with no word
   to the user: ``ensure_ops`` builds what a strategy needs once, in the launching process, saying
@@ -105,7 +105,7 @@ def ensure_ops(strategy: str, echo=None) -> None:
                                        "libaio (Debian: apt-get install libaio-dev)")
         if all(_built(n, root) for n in names):
             continue
-        echo(f"[syncviz] building DeepSpeed's {b.name} op (once; ~1-4 min on 2 cores) in {root} ...")
+        echo(f"[syncviz] building DeepSpeed's {b.name} op (once; minutes on 2 cores, more on a busy machine) in {root} ...")
         t = time.monotonic()
         try:
             b.load(verbose=False)
