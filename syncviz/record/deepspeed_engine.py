@@ -63,12 +63,12 @@ OFFLOAD_METHODS = (
 )
 
 _INSTALLED = False
+_GET_RECORDER = None     # api.get_recorder, handed over by install() (api imports this module)
 _ENGINES = 0     # engines instrumented: offload work before the first is DeepSpeed's initialization
 
 
 def _recorder():
-    from syncviz.record.api import get_recorder
-    return get_recorder()
+    return _GET_RECORDER() if _GET_RECORDER is not None else None
 
 
 # ------------------------------------------------------------------------ patch on import
@@ -109,8 +109,11 @@ class _suppress:
         return exc[0] is not None and issubclass(exc[0], Exception)
 
 
-def install() -> None:
-    """Called when tracing starts: patch DeepSpeed now if imported, else when it is imported."""
+def install(get_recorder) -> None:
+    """Called when tracing starts (``get_recorder``: the active recorder or None): patch DeepSpeed
+    now if imported, else when it is imported."""
+    global _GET_RECORDER
+    _GET_RECORDER = get_recorder
     if _INSTALLED:
         return
     if ENGINE_MODULE in sys.modules:

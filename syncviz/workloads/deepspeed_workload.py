@@ -79,7 +79,16 @@ def wrap(model: torch.nn.Module, cfg):
     api = sys.modules.get("syncviz.record.api")    # tracing? (an untraced run imports no recorder)
     rec = api.get_recorder() if api is not None else None
     if rec is not None:
-        rec.annotate(strategy_config={**(rec.meta_extra.get("strategy_config") or {}), "ds_config": config})
+        from syncviz.workloads.strategies import probe_backend
+        shapes = {n: list(p.shape) for n, p in model.named_parameters() if p.requires_grad}
+        probe = None
+        if dist.get_world_size() > 1:
+            with rec.own_collectives():
+                probe = probe_backend()
+        # the engine's facts (deepspeed_engine put them there at construction) win over the shapes
+        rec.annotate(strategy_config={"name": cfg.strategy, "param_shapes": shapes,
+                                      **(rec.meta_extra.get("strategy_config") or {}), "ds_config": config},
+                     **({"backend_probe": probe} if probe else {}))
         _measure_memory(engine, rec)
     return engine, engine
 

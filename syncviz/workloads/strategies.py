@@ -23,8 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from syncviz.model.theory import ALL_STRATEGIES as STRATEGIES
-from syncviz.model.theory import DS_STRATEGIES, check_strategy
+from syncviz.model.theory import STRATEGIES, check_strategy
 
 __all__ = ["STRATEGIES", "wrap", "full_state_dict", "held_bytes", "probe_backend"]
 
@@ -39,17 +38,6 @@ def wrap(model: torch.nn.Module, cfg):
     rec = get_recorder()
     shapes = {n: list(p.shape) for n, p in model.named_parameters() if p.requires_grad}
     config = {"name": strategy, "param_shapes": shapes, "accum": int(getattr(cfg, "accum", 1))}
-    if strategy in DS_STRATEGIES:    # DeepSpeed's engine (deepspeed_workload); memory measured there
-        from syncviz.workloads.deepspeed_workload import wrap as ds_wrap
-        model, opt = ds_wrap(model, cfg)
-        if rec is not None:
-            probe = None
-            if dist.get_world_size() > 1:
-                with rec.own_collectives():
-                    probe = probe_backend()
-            rec.annotate(strategy_config={**config, **(rec.meta_extra.get("strategy_config") or {})},
-                         **({"backend_probe": probe} if probe else {}))
-        return model, opt
     if strategy in ("zero2", "zero3"):
         model, opt = _fsdp(model, cfg, reshard_after_forward=strategy == "zero3")
         # An explicit reshard_after_forward applies to the root too (torch 2.13 skips resharding
@@ -126,9 +114,6 @@ def _fsdp(model, cfg, *, reshard_after_forward: bool):
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Plain full tensors of the model's state (collective for FSDP2: every rank must call it)."""
-    if hasattr(model, "zero_optimization_stage"):     # a DeepSpeed engine
-        from syncviz.workloads.deepspeed_workload import full_state_dict as ds_full_state_dict
-        return ds_full_state_dict(model)
     sd = model.module.state_dict() if hasattr(model, "module") else model.state_dict()
     return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in sd.items()}
 

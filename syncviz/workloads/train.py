@@ -98,6 +98,9 @@ def build(cfg: WorkloadConfig):
                                    bucket_cap_mb=cfg.bucket_cap_mb,
                                    optimizer=lambda ps: torch.optim.AdamW(ps, lr=cfg.lr))
         return engine, engine.optimizer
+    if cfg.strategy in S.DS_STRATEGIES:    # DeepSpeed's engine is model and optimizer at once
+        from syncviz.workloads import deepspeed_workload
+        return deepspeed_workload.wrap(model, cfg)
     try:
         from syncviz.workloads import strategies
     except ImportError:
@@ -157,7 +160,10 @@ def train(cfg: WorkloadConfig) -> list[float]:
     if prof is not None:
         prof.stop()
     if cfg.save_params:
-        from syncviz.workloads.strategies import full_state_dict
+        if deepspeed:
+            from syncviz.workloads.deepspeed_workload import full_state_dict
+        else:
+            from syncviz.workloads.strategies import full_state_dict
         sd = full_state_dict(model)    # gathers FSDP shards: a collective, so every rank calls it
         if rank == 0:
             torch.save(sd, cfg.save_params)
