@@ -276,8 +276,9 @@ def render(comparisons: list[dict], console: Console) -> None:
                   _mb(c["bus_bytes_per_step"]), _f(rel(c, "bus_bytes_per_step"), "{:.2f}x"),
                   _f(c["compression_ratio"], "{:.1f}x"))
     console.print(t)
-    b = Table(title="Bytes per step and rank by op (nccl-tests convention), MB", title_justify="left")
-    for col in ("strategy", "op", "calls", "measured", "torch", "textbook", "equal"):
+    b = Table(title="Bytes per step and rank by op (nccl-tests convention), MB; 'impl.' = theory of the run's "
+                    "implementation (torch's, or DeepSpeed's for ds-*)", title_justify="left")
+    for col in ("strategy", "op", "calls", "measured", "impl.", "textbook", "equal"):
         b.add_column(col, justify="left" if col in ("strategy", "op") else "right")
     for c in comparisons:
         for o in c["ops"]:
@@ -286,10 +287,11 @@ def render(comparisons: list[dict], console: Console) -> None:
                       _mb(o["expected_bytes"]), _mb(o["textbook_bytes"]), ok)
     console.print(b)
     mt = Table(title="Memory per rank, MB: measured after optimizer step 0 (largest rank; 'at fwd' = "
-                     "parameters held when forward ends), equal to torch's expected?, textbook params/grads/optim "
-                     "(fp32 AdamW: optimizer state K = 8 bytes per parameter, m and v; no fp32 master copy)",
+                     "parameters held when forward ends), equal to the implementation's theory?, textbook "
+                     "params/grads/optim (fp32 AdamW: optimizer state K = 8 bytes per parameter, m and v; no fp32 "
+                     "master copy)",
                title_justify="left")
-    for col in ("strategy", "params", "grads", "optim", "at fwd", "=torch", "textbook"):
+    for col in ("strategy", "params", "grads", "optim", "at fwd", "=theory", "textbook"):
         mt.add_column(col, justify="left" if col == "strategy" else "right")
     keys = ("params_bytes", "grads_bytes", "optimizer_bytes")
     for c in comparisons:
