@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 BASE := .make-base
 DEV := .make-dev
 
-.PHONY: install install-dev demo test test-fast lint bench gpu-check dash clean
+.PHONY: install install-dev demo demo-deepspeed test test-fast lint bench gpu-check dash clean
 
 # CPU torch first, pinned: an unpinned resolve of `torch` (or of a package that depends on it)
 # would download the multi-GB CUDA build on a CPU machine.
@@ -18,6 +18,8 @@ $(BASE): pyproject.toml setup.py
 # lightning and accelerate (tests/test_engines.py).
 $(DEV): $(BASE)
 	$(PIP) install -q -e ".[test,kernels,profiler]"
+	# DeepSpeed without prebuilt ops: they are JIT-built on first use (syncviz/workloads/ds_build.py)
+	DS_BUILD_OPS=0 $(PIP) install -q -e ".[deepspeed]"
 	touch $(DEV)
 
 install: $(BASE)
@@ -28,12 +30,19 @@ demo: $(BASE)
 	@echo
 	@echo "Look at it:  syncviz summary traces/demo   |   syncviz dash traces/   (http://127.0.0.1:8050)"
 
+# The classic table: DDP, ZeRO-1/2/3 (torch and DeepSpeed), ZeRO-Offload, ZeRO-Infinity, one model
+demo-deepspeed: $(DEV)
+	bash .ci/libaio.sh
+	syncviz demo --compare --deepspeed --preset mini --steps 6 --batch 2 --seq 64 --bucket-cap-mb 1 --out traces/classic
+
 lint: $(DEV)
 	$(PYTHON) -m ruff check .
 
 test: $(DEV)
 	bash .ci/browsers.sh
+	bash .ci/libaio.sh
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m syncviz.workloads.ds_build
 	$(PYTHON) -m pytest -q tests
 
 test-fast: $(DEV)

@@ -129,8 +129,11 @@ def time_split_figure(by_run: dict[str, dict]) -> dict:
 
 MEMORY_KEYS = [("params_bytes", "parameters"), ("grads_bytes", "gradients"),
                ("optimizer_bytes", "optimizer state"), ("params_after_forward_bytes", "parameters held after forward"),
-               ("peak_allocated_bytes", "peak allocated")]
-MEMORY_COLORS = {**P.MEMORY, "peak allocated": P.GREY}
+               ("peak_allocated_bytes", "peak allocated"),
+               # DeepSpeed runs: where it is held (ZeRO-Offload: host; ZeRO-Infinity: NVMe swap files)
+               ("device_bytes", "on device"), ("host_bytes", "on host"), ("nvme_bytes", "on NVMe")]
+MEMORY_COLORS = {**P.MEMORY, "peak allocated": P.GREY, "on device": P.ORANGE, "on host": P.GREEN,
+                 "on NVMe": P.BLACK}
 
 
 def memory_figure(by_run: dict[str, dict | None]) -> dict:

@@ -19,6 +19,7 @@ DEFAULT_MAX = 6
 ROWS = [("strategy", "strategy", None), ("engine", "engine", None), ("ranks", "world_size", None),
         ("step time", "step_ms", " ms"), ("compute", "compute_ms", " ms"), ("comm busy", "comm_busy_ms", " ms"),
         ("exposed comm", "exposed_ms", " ms"), ("overlap", "overlap_pct", " %"),
+        ("offloading (in compute)", "offload_ms", " ms"),
         ("compute / comm", "compute_comm_ratio", ""), ("bytes / step / rank", "bytes_per_step", "B"),
         ("bus traffic / step / rank", "bus_bytes_per_step", "B"), ("busbw on service time (median)", "busbw_gbps", "GB/s")]
 

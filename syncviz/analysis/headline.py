@@ -24,7 +24,7 @@ import pandas as pd
 
 from syncviz.analysis import queueing as Q
 from syncviz.analysis.intervals import wire_mask
-from syncviz.analysis.metrics import _ms, comm_metrics, headline_steps, step_metrics
+from syncviz.analysis.metrics import _ms, comm_metrics, headline_steps, offload_table, step_metrics
 from syncviz.trace import Run
 from syncviz.trace import schema as S
 
@@ -79,6 +79,8 @@ def run_summary(run: Run) -> dict:
     else:
         out["max_skew_ms"] = 0.0
     out["top_exposed"] = top_exposed(hw)
+    off = offload_table(run, steps=out["headline_steps"])
+    out["offload_ms"] = float(off["ms_per_step"].sum()) if len(off) else 0.0   # inside compute
     out["verdict"] = verdict(out)
     return out
 

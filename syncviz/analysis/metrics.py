@@ -253,3 +253,22 @@ def comm_service(comm: pd.DataFrame, compute: pd.DataFrame | None = None) -> pd.
         elif len(svc):
             c.loc[ok, "service_hidden_ns"] = 0.0
     return c[cols]
+
+
+def offload_table(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataFrame:
+    """Offloading work (kind "offload": host optimizer step, device↔host copies, NVMe swaps) per
+    step and rank by what it moved: ms and calls, mean over ranks and ``steps`` (default: all but
+    step 0). Offload rows lie inside forward, backward or optimizer rows, so this time is part of
+    the compute phases, not added to them."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    off = ev[ev["kind"] == S.OFFLOAD]
+    off = off[(off["end_ns"] >= off["start_ns"]) & (off["start_ns"] >= 0)]
+    if not len(off):
+        return pd.DataFrame(columns=["name", "ms_per_step", "calls_per_step"])
+    if steps is None:
+        all_steps = sorted(ev.loc[ev["step"] >= 0, "step"].unique())
+        steps = all_steps[1:] if len(all_steps) > 1 else all_steps
+    off = off[off["step"].isin(list(steps))]
+    n = ev[ev["step"].isin(list(steps)) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups or 1
+    g = off.assign(ms=(off["end_ns"] - off["start_ns"]) / 1e6, name=off["name"].astype(str)).groupby("name")
+    return pd.DataFrame({"ms_per_step": g["ms"].sum() / n, "calls_per_step": g.size() / n}).reset_index()

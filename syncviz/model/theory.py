@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from syncviz.model import costmodel
+from syncviz.model import costmodel, ds_theory
 from syncviz.trace import schema as S
 
 STRATEGIES, DDP_FAMILY, FSDP = S.TORCH_STRATEGIES, S.DDP_FAMILY, S.FSDP_STRATEGIES
+DS_STRATEGIES = S.DS_STRATEGIES          # DeepSpeed's ZeRO: syncviz.model.ds_theory derives them
+ALL_STRATEGIES = S.WORKLOAD_STRATEGIES
 
 Shapes = Mapping[str, Sequence[int]]
 
@@ -48,8 +50,8 @@ def padded_numel(shape: Sequence[int], world_size: int) -> int:
 
 
 def check_strategy(strategy: str) -> str:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if strategy not in ALL_STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(ALL_STRATEGIES)}")
     return strategy
 
 
@@ -70,12 +72,17 @@ def powersgd_elements(shapes: Shapes, rank: int = 1, min_compression_rate: float
 
 def comm_per_step(strategy: str, shapes: Shapes, world_size: int, *, itemsize: int = 4, accum: int = 1,
                   root_params: Sequence[str] = (), powersgd_rank: int = 1,
-                  min_compression_rate: float = 2.0, compressed: bool = True) -> dict[str, int]:
+                  min_compression_rate: float = 2.0, compressed: bool = True,
+                  module_params=(), group_numels=None) -> dict[str, int]:
     """Bytes per rank and optimizer step by collective op, as torch implements ``strategy``.
     ``shapes``: trainable parameters (name → shape, tied parameters once). ``root_params``: the
     parameters FSDP2 keeps unsharded between forward and backward (the root module's own).
-    ``compressed``: PowerSGD has started compressing (step >= start_powerSGD_iter)."""
+    ``compressed``: PowerSGD has started compressing (step >= start_powerSGD_iter). ``module_params``,
+    ``group_numels``: DeepSpeed's per-module gathers and parameter groups (ds_theory)."""
     check_strategy(strategy)
+    if strategy in DS_STRATEGIES:
+        return ds_theory.comm_per_step(strategy, shapes, world_size, itemsize=itemsize, accum=accum,
+                                       module_params=module_params, group_numels=group_numels)
     n = world_size
     elems = sum(_numel(s) for s in shapes.values())
     grads = elems * itemsize
@@ -99,6 +106,8 @@ def comm_per_step(strategy: str, shapes: Shapes, world_size: int, *, itemsize: i
 def textbook_comm_per_step(strategy: str, grad_bytes: float, param_bytes: float) -> dict[str, float]:
     """The textbook collectives of DESIGN.md's table (costmodel's), compression hooks added."""
     check_strategy(strategy)
+    if strategy in DS_STRATEGIES:
+        return ds_theory.textbook_comm_per_step(strategy, grad_bytes, param_bytes)
     if strategy in ("ddp-fp16", "ddp-bf16"):
         return {"all_reduce": grad_bytes / 2}
     if strategy == "powersgd":
@@ -108,12 +117,15 @@ def textbook_comm_per_step(strategy: str, grad_bytes: float, param_bytes: float)
 
 
 def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *, itemsize: int = 4,
-                    adam_states: int = 2) -> dict[str, int]:
+                    adam_states: int = 2, group_numels=None, param_order=None) -> dict[str, int]:
     """Bytes a rank holds after an optimizer step, as torch implements ``strategy`` with AdamW in
     fp32: parameters, gradients and optimizer state (two moments per element plus one 4-byte
     ``step`` tensor per parameter). FSDP2 stores each shard padded (dim 0 rounded up to N rows)
     and its optimizer moments unpadded."""
     check_strategy(strategy)
+    if strategy in DS_STRATEGIES:
+        return ds_theory.memory_per_rank(strategy, shapes, world_size, rank, itemsize=itemsize,
+                                         group_numels=group_numels, param_order=param_order)
     n = world_size
     elems = sum(_numel(s) for s in shapes.values())
     steps = 4 * len(shapes)
@@ -133,7 +145,8 @@ def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *
 
 def textbook_memory(strategy: str, params: int, world_size: int, itemsize: int = 4) -> dict[str, float]:
     """costmodel.memory_per_gpu in fp32 with Adam (K = 8 bytes per parameter)."""
-    base = {"ddp-fp16": "ddp", "ddp-bf16": "ddp", "powersgd": "ddp"}.get(check_strategy(strategy), strategy)
+    base = {"ddp-fp16": "ddp", "ddp-bf16": "ddp", "powersgd": "ddp",
+            **ds_theory.TORCH_TWIN}.get(check_strategy(strategy), strategy)
     m = costmodel.memory_per_gpu(costmodel.MemorySpec(params=params, param_bytes=itemsize,
                                                       grad_bytes=itemsize, optimizer_bytes=2 * itemsize),
                                  base, world_size)

@@ -109,6 +109,8 @@ def _patch_torch() -> None:
 
     DDP.__init__ = __init__
     _patch_fully_shard()
+    from syncviz.record import deepspeed_engine    # DeepSpeed engines, patched when deepspeed is imported
+    deepspeed_engine.install(get_recorder)
     orig_ipg = dist.init_process_group
 
     def init_process_group(*args, **kwargs):

@@ -43,6 +43,7 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
     sent: dict[tuple[int, int], int] = {}
     sent_dtype: dict[tuple[int, int], str] = {}
     first_call: dict[tuple[int, int], int] = {}
+    sent_op: dict[tuple[int, int], str] = {}       # DeepSpeed's ZeRO-3 buckets reduce-scatter
     for c in collectives:
         if c.bucket >= 0 and c.kind == S.COLLECTIVE:
             key = (c.micro, c.bucket)
@@ -50,10 +51,11 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
             sent_dtype.setdefault(key, c.dtype)
             if key not in first_call or c.launch < first_call[key]:
                 first_call[key] = c.launch
+            sent_op.setdefault(key, c.op)
     for b in buckets:
         last_ready = max((ready_by.get((b.micro, i), -1) for i in bucket_params(b.layout, b.index)), default=-1)
         key = (max(b.micro, 0), b.index)
-        add(S.BUCKET, b.hook, b.launch, b.done, micro=max(b.micro, 0), bucket=b.index, op="all_reduce",
+        add(S.BUCKET, b.hook, b.launch, b.done, micro=max(b.micro, 0), bucket=b.index, op=sent_op.get(key, "all_reduce"),
             nbytes=sent.get(key, b.nbytes), dtype=sent_dtype.get(key, b.dtype), group_size=world_size,
             ready=last_ready, launch=b.issued if b.issued >= 0 else max(first_call.get(key, b.launch), b.launch),
             phase=phase_at(b.launch, spans), layout=b.layout,

@@ -227,6 +227,29 @@ class PhaseHooks:
         if not self._opt_stack:
             self.end_step()
 
+    def begin_optimizer(self, name: str) -> None:
+        """An engine's optimizer step begins (DeepSpeed's engine.step, which wraps torch's optimizer
+        step and all-gathers the updated partitions after it): torch optimizers inside nest deeper."""
+        t = self.now()
+        if self._step_start is None:
+            self._begin_step(t)
+        if self._micros:
+            self.micro = self._micros - 1
+        self._opt_stack.append([t, name])
+
+    def end_optimizer(self, record: bool = True) -> None:
+        """The step begun by begin_optimizer ends; the outermost ends the training step.
+        ``record=False``: no row, no step boundary (DeepSpeed's engine.step between accumulation
+        boundaries)."""
+        if not self._opt_stack:
+            return
+        start, name = self._opt_stack.pop()
+        if not record:
+            return
+        self._phases.append(Phase(S.OPTIMIZER, name, start, self.now(), self.micro, len(self._opt_stack)))
+        if not self._opt_stack:
+            self.end_step()
+
     def _first_sight_of_optimizer(self, opt) -> None:
         """Gradient-ready hooks on the parameters an optimizer owns (those no module showed us)."""
         self._optimizers_seen[id(opt)] = type(opt).__name__

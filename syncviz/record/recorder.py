@@ -146,17 +146,19 @@ class Recorder(PhaseHooks, CudaTimes):
     def layout_seen(self, layout: int, index: int) -> bool:
         return (layout, index) in self._layouts_seen
 
-    def note_layout(self, layout: int, index: int, params) -> None:
+    def note_layout(self, layout: int, index: int, params, numels=None) -> None:
         """First sight of bucket ``index`` in a layout version: which parameters it holds, in order
-        (parameters numbered by index_params)."""
+        (parameters numbered by index_params). ``numels``: their full sizes where ``numel()`` is
+        not (DeepSpeed's ZeRO-3 partitions parameters in place)."""
         self._layouts_seen.add((layout, index))
         rows = self._layout_rows.setdefault(layout, {c: [] for c in S.LAYOUT_COLUMNS})
         offset = 0
-        for p in params:
+        params = list(params)
+        for p, k in zip(params, numels or [p.numel() for p in params]):
             i, name = self.param_index(p)
-            for c, v in zip(S.LAYOUT_COLUMNS, (layout, index, name, i, p.numel(), offset, S.dtype_name(p.dtype))):
+            for c, v in zip(S.LAYOUT_COLUMNS, (layout, index, name, i, k, offset, S.dtype_name(p.dtype))):
                 rows[c].append(v)
-            offset += p.numel()
+            offset += k
 
     def add_hook_handle(self, handle) -> None:
         """A hook handle removed when the recorder closes."""

@@ -31,7 +31,10 @@ BUCKET, COLLECTIVE, GRAD_READY, STEP = "bucket", "collective", "grad_ready", "st
 # A forward no backward followed (evaluation, no_grad, inference_mode): not a micro-step, not compute
 # of the training step's forward phase.
 EVAL_FORWARD = "eval_forward"
-KINDS = (FORWARD, BACKWARD, OPTIMIZER, BUCKET, COLLECTIVE, GRAD_READY, STEP, EVAL_FORWARD)
+# "offload": host-side work of an offloading engine (DeepSpeed's CPU optimizer step, device↔host
+# copies, NVMe swaps), nested in the forward, backward or optimizer row it ran in; name says what moved.
+OFFLOAD = "offload"
+KINDS = (FORWARD, BACKWARD, OPTIMIZER, BUCKET, COLLECTIVE, GRAD_READY, STEP, EVAL_FORWARD, OFFLOAD)
 COMPUTE_KINDS = (FORWARD, BACKWARD, OPTIMIZER)
 COMM_KINDS = (BUCKET, COLLECTIVE)
 
@@ -48,11 +51,15 @@ BLOCKING = " (blocking)"
 # Strategy names, one home for every stage.
 # - TORCH_STRATEGIES: what the built-in workload runs with torch's own implementations (and what
 #   run.json's "strategy" holds for such runs); theory derives their bytes and memory.
+# - DS_STRATEGIES: DeepSpeed's ZeRO on the built-in workload (run.json's strategy for any DeepSpeed
+#   run; syncviz.model.ds_theory derives them).
 # - SYNC_STRATEGIES: syncviz's own engine (syncviz.sync).
 # - SIM_STRATEGIES: what the simulator replays; MODEL_STRATEGIES: what the memory/comm model prices.
 TORCH_STRATEGIES = ("ddp", "ddp-fp16", "ddp-bf16", "powersgd", "zero1", "zero2", "zero3")
 DDP_FAMILY = ("ddp", "ddp-fp16", "ddp-bf16", "powersgd", "zero1")
 FSDP_STRATEGIES = ("zero2", "zero3")
+DS_STRATEGIES = ("ds-zero1", "ds-zero2", "ds-zero3", "ds-offload", "ds-infinity")
+WORKLOAD_STRATEGIES = TORCH_STRATEGIES + DS_STRATEGIES
 SYNC_STRATEGIES = ("all_reduce", "reduce_scatter")
 SIM_STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 MODEL_STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload")
@@ -163,7 +170,7 @@ RUN_KEYS = {
                 "workload set it, else as observed: ddp | zero1 | fsdp2 | fsdp1 | dataparallel | hand-written | "
                 "<engine module class, lower case> | none",
     "strategy_detail": "what was observed, in words (wrapper, comm hook, resharding, sharding strategy, ops)",
-    "engine": "torch | syncviz | simulated",
+    "engine": "torch | syncviz | deepspeed | simulated",
     "torch_version": "torch.__version__",
     "syncviz_version": "syncviz.__version__",
     "model": "{params: int, bytes: int, grad_bytes: int, name: str}",
@@ -174,6 +181,9 @@ RUN_KEYS = {
     "steps_recorded": "number of complete steps rank 0 flushed (updated at each flush interval and at exit)",
     "finished": "true once every rank closed its stream cleanly",
     "memory": "{params_bytes, grads_bytes, optimizer_bytes, peak_allocated_bytes} per rank (optional)",
+    "deepspeed": "{version, stage, offload_optimizer, offload_param (none|cpu|nvme), reduce_bucket_size, "
+                 "allgather_bucket_size, overlap_comm, contiguous_gradients, reduce_scatter, precision, "
+                 "gradient_accumulation_steps, optimizer, zero_optimizer, ...} (DeepSpeed runs)",
     "simulated": "cost-model parameters when engine == simulated (optional)",
     "grad_values": "{elements: K, files: 'grads-<rank>.arrow'} when gradient values were recorded "
                    "(--grad-values; optional, see GRADS_SCHEMA)",

@@ -29,8 +29,8 @@ SLOW_RATIO = 0.75            # RS or AG over an all_reduce of the same bytes: te
 def load_runs(paths, strategies: tuple[str, ...] = ()) -> list[Run]:
     """Runs at or below ``paths`` (optionally only those of ``strategies``), all of one model."""
     for s in strategies:
-        if s not in T.STRATEGIES:
-            raise click.BadParameter(f"unknown strategy {s!r}; choose from {', '.join(T.STRATEGIES)}",
+        if s not in T.ALL_STRATEGIES:
+            raise click.BadParameter(f"unknown strategy {s!r}; choose from {', '.join(T.ALL_STRATEGIES)}",
                                      param_hint="--strategies")
     dirs = []
     for p in paths:
@@ -76,6 +76,8 @@ def steady_steps(run: Run) -> list[int]:
     PowerSGD only those after its plain all-reduce warm-up."""
     steps = sorted(int(s) for s in run.events["step"].unique() if s >= 0)
     head = steps[1:] if len(steps) > 1 else steps
+    if run.meta.get("strategy") in ("ds-zero3", "ds-infinity") and len(steps) > 2:
+        head = steps[2:]      # DeepSpeed's ZeRO-3 records and checks its module trace in steps 0-1
     start = ((run.meta.get("strategy_config") or {}).get("powersgd") or {}).get("start_powerSGD_iter")
     if start is not None:
         later = [s for s in head if s >= start]
@@ -85,7 +87,7 @@ def steady_steps(run: Run) -> list[int]:
 
 def expected_bytes(run: Run, strategy: str) -> tuple[dict, dict]:
     """(torch-expected, textbook) bytes per step by op for one rank of ``run``; {} where unknown."""
-    if strategy not in T.STRATEGIES:
+    if strategy not in T.ALL_STRATEGIES:
         return {}, {}
     config = run.meta.get("strategy_config") or {}
     model = run.meta.get("model") or {}
@@ -97,7 +99,9 @@ def expected_bytes(run: Run, strategy: str) -> tuple[dict, dict]:
         expected = T.comm_per_step(strategy, shapes, n, accum=int(config.get("accum", 1)),
                                    root_params=(config.get("fsdp") or {}).get("root_params", ()),
                                    powersgd_rank=psgd.get("matrix_approximation_rank", 1),
-                                   min_compression_rate=psgd.get("min_compression_rate", 2.0))
+                                   min_compression_rate=psgd.get("min_compression_rate", 2.0),
+                                   module_params=config.get("module_params") or (),
+                                   group_numels=config.get("group_numels"))
     grad, param = model.get("grad_bytes", 0), model.get("bytes", 0)
     return expected, T.textbook_comm_per_step(strategy, grad, param)
 
@@ -148,9 +152,11 @@ def memory(run: Run, strategy: str) -> dict:
     measured = {k: max((m[k] for m in ranks if m.get(k) is not None), default=None) for k in keys}
     shapes = (run.meta.get("strategy_config") or {}).get("param_shapes")
     expected, textbook = {}, {}
-    if strategy in T.STRATEGIES:
+    if strategy in T.ALL_STRATEGIES:
         if shapes:
-            per_rank = [T.memory_per_rank(strategy, shapes, run.world_size, r) for r in range(run.world_size)]
+            sc = run.meta.get("strategy_config") or {}
+            ds = {k: sc[k] for k in ("group_numels", "param_order") if sc.get(k)}   # DeepSpeed runs
+            per_rank = [T.memory_per_rank(strategy, shapes, run.world_size, r, **ds) for r in range(run.world_size)]
             expected = {k: max(p[k] for p in per_rank) for k in per_rank[0]}
         params = (run.meta.get("model") or {}).get("params")
         if params:
@@ -181,9 +187,12 @@ def notes(c: dict, run: Run) -> list[str]:
             out.append(f"FSDP2 pads each parameter's first dimension to a multiple of {c['world_size']} ranks: "
                        f"+{pad:,} bytes in every all_gather and reduce_scatter.")
     if c["blocking_collectives"]:
-        out.append("This run's collectives are synchronous on the host (FSDP2 on gloo/CPU): the rank waits in "
-                   "each one, so none of that communication can overlap compute (on CUDA, FSDP2 overlaps "
+        who = "DeepSpeed" if s in T.DS_STRATEGIES else "FSDP2"
+        out.append(f"This run's collectives are synchronous on the host ({who} on gloo/CPU): the rank waits in "
+                   f"each one, so none of that communication can overlap compute (on CUDA, {who} overlaps "
                    "them on separate streams).")
+    from syncviz.views.ds_compare import notes as ds_notes
+    out.extend(ds_notes(c, run))
     if c.get("collectives_busy_ms") is not None:
         work = "low-rank factorization" if s == "powersgd" else "casting to 16 bits and back"
         out.append(f"its bucket intervals include the hook's own compute ({work}): "
@@ -267,8 +276,9 @@ def render(comparisons: list[dict], console: Console) -> None:
                   _mb(c["bus_bytes_per_step"]), _f(rel(c, "bus_bytes_per_step"), "{:.2f}x"),
                   _f(c["compression_ratio"], "{:.1f}x"))
     console.print(t)
-    b = Table(title="Bytes per step and rank by op (nccl-tests convention), MB", title_justify="left")
-    for col in ("strategy", "op", "calls", "measured", "torch", "textbook", "equal"):
+    b = Table(title="Bytes per step and rank by op (nccl-tests convention), MB; 'impl.' = theory of the run's "
+                    "implementation (torch's, or DeepSpeed's for ds-*)", title_justify="left")
+    for col in ("strategy", "op", "calls", "measured", "impl.", "textbook", "equal"):
         b.add_column(col, justify="left" if col in ("strategy", "op") else "right")
     for c in comparisons:
         for o in c["ops"]:
@@ -277,10 +287,11 @@ def render(comparisons: list[dict], console: Console) -> None:
                       _mb(o["expected_bytes"]), _mb(o["textbook_bytes"]), ok)
     console.print(b)
     mt = Table(title="Memory per rank, MB: measured after optimizer step 0 (largest rank; 'at fwd' = "
-                     "parameters held when forward ends), equal to torch's expected?, textbook params/grads/optim "
-                     "(fp32 AdamW: optimizer state K = 8 bytes per parameter, m and v; no fp32 master copy)",
+                     "parameters held when forward ends), equal to the implementation's theory?, textbook "
+                     "params/grads/optim (fp32 AdamW: optimizer state K = 8 bytes per parameter, m and v; no fp32 "
+                     "master copy)",
                title_justify="left")
-    for col in ("strategy", "params", "grads", "optim", "at fwd", "=torch", "textbook"):
+    for col in ("strategy", "params", "grads", "optim", "at fwd", "=theory", "textbook"):
         mt.add_column(col, justify="left" if col == "strategy" else "right")
     keys = ("params_bytes", "grads_bytes", "optimizer_bytes")
     for c in comparisons:
@@ -289,11 +300,19 @@ def render(comparisons: list[dict], console: Console) -> None:
         mt.add_row(_label(c, comparisons), *(_mb(m.get(k)) for k in keys), _mb(m.get("params_after_forward_bytes")),
                    {True: "yes", False: "NO", None: "–"}[same], "/".join(_mb(tb.get(k)) for k in keys))
     console.print(mt)
+    from syncviz.views.ds_compare import render as render_classic
+    render_classic(comparisons, console)     # DeepSpeed among the runs: the classic table
     for n in backend_notes(comparisons):
         console.print(f"• {n}", highlight=False)
     for c in comparisons:
         for n in c["notes"]:
             console.print(f"• [{_label(c, comparisons)}] {n}", highlight=False, markup=False)
+
+
+def wide_console() -> Console:
+    """Wide enough for the tables when piped (rich assumes 80 columns without a terminal)."""
+    import sys
+    return Console(width=None if sys.stdout.isatty() else 160)
 
 
 def model_text(c: dict) -> str:
@@ -314,4 +333,4 @@ def compare_command(runs, strategies, as_json):
     if as_json:
         click.echo(json.dumps(comparisons, indent=1, default=float))
         return
-    render(comparisons, Console())
+    render(comparisons, wide_console())

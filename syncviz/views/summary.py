@@ -100,6 +100,12 @@ def print_summary(run: Run, console: Console | None = None) -> dict:
     if ddp:
         console.print(f"DDP: bucket cap {ddp.get('bucket_cap_mb')} MB (first {ddp.get('first_bucket_cap_mb')} MB), "
                       f"comm hook {ddp.get('comm_hook')}, gradient_as_bucket_view {ddp.get('gradient_as_bucket_view')}")
+    ds = m.get("deepspeed") or {}
+    if ds:
+        console.print(f"DeepSpeed {ds.get('version')}: ZeRO stage {ds.get('stage')}, offload optimizer "
+                      f"{ds.get('offload_optimizer')} / params {ds.get('offload_param')}, reduce bucket "
+                      f"{ds.get('reduce_bucket_size'):,} elements, overlap_comm {ds.get('overlap_comm')}, "
+                      f"{ds.get('precision')}, {ds.get('optimizer')}", highlight=False)
     ranks = m.get("ranks") or []
     if ranks:
         worst = max(ranks, key=lambda r: abs(r.get("clock_error_ns", 0)))
@@ -132,6 +138,9 @@ def print_summary(run: Run, console: Console | None = None) -> dict:
                   f"{_f(s['comm_busy_ms'])} ms, exposed {_f(s['exposed_ms'])} ms ({_f(s['exposed_pct'], '{:.0f}')}%), "
                   f"overlap {_f(s['overlap_pct'], '{:.0f}')}%; per collective (median): queue {_f(s['queue_ms'])} ms, "
                   f"service {_f(s['service_ms'])} ms, busbw {_f(s['busbw_gbps'], '{:.3f}')} GB/s")
+    if s.get("offload_ms"):
+        parts = ", ".join(f"{r.name} {r.ms_per_step:.2f}" for r in A.offload_table(run, s["headline_steps"]).itertuples())
+        console.print(f"Offloading (inside compute): {_f(s['offload_ms'])} ms per step ({parts})", highlight=False)
     console.print(f"[bold]Verdict:[/] {s['verdict']}")
     return s
 

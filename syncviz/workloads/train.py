@@ -41,7 +41,7 @@ SYNC_STRATEGIES = S.SYNC_STRATEGIES + ("ddp",)   # engine syncviz ("ddp" = all_r
 
 
 def known_strategies(engine: str) -> tuple[str, ...]:
-    return S.TORCH_STRATEGIES if engine == "torch" else SYNC_STRATEGIES
+    return S.WORKLOAD_STRATEGIES if engine == "torch" else SYNC_STRATEGIES
 
 
 def parse_args(argv=None) -> WorkloadConfig:
@@ -98,6 +98,9 @@ def build(cfg: WorkloadConfig):
                                    bucket_cap_mb=cfg.bucket_cap_mb,
                                    optimizer=lambda ps: torch.optim.AdamW(ps, lr=cfg.lr))
         return engine, engine.optimizer
+    if cfg.strategy in S.DS_STRATEGIES:    # DeepSpeed's engine is model and optimizer at once
+        from syncviz.workloads import deepspeed_workload
+        return deepspeed_workload.wrap(model, cfg)
     try:
         from syncviz.workloads import strategies
     except ImportError:
@@ -122,6 +125,7 @@ def train(cfg: WorkloadConfig) -> list[float]:
     rank = dist.get_rank()
     slow = parse_straggler(cfg.straggler)
     model, opt = build(cfg)
+    deepspeed = hasattr(model, "zero_optimization_stage")   # DeepSpeed's engine scales by accum itself
     losses = []
     prof = None
     if cfg.torch_profiler:
@@ -135,12 +139,19 @@ def train(cfg: WorkloadConfig) -> list[float]:
             last = micro == cfg.accum - 1
             if slow and slow[0] == rank:
                 time.sleep(slow[1])      # a real slow rank: every other rank will wait for it
+            if deepspeed:    # engine.backward divides by gradient_accumulation_steps itself
+                raw = model(x, y)
+                model.backward(raw)
+                model.step()     # an optimizer step only at the accumulation boundary
+                loss = raw.detach() / cfg.accum
+                continue
             ctx = model.no_sync() if (not last and hasattr(model, "no_sync")) else contextlib.nullcontext()
             with ctx:
                 loss = model(x, y) / cfg.accum
                 loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if not deepspeed:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         losses.append(loss.item() * cfg.accum)
         if rank == 0:
             print(f"step {step:4d}  loss {losses[-1]:.4f}  {1e3 * (time.perf_counter() - t):8.1f} ms", flush=True)
@@ -149,10 +160,16 @@ def train(cfg: WorkloadConfig) -> list[float]:
     if prof is not None:
         prof.stop()
     if cfg.save_params:
-        from syncviz.workloads.strategies import full_state_dict
+        if deepspeed:
+            from syncviz.workloads.deepspeed_workload import full_state_dict
+        else:
+            from syncviz.workloads.strategies import full_state_dict
         sd = full_state_dict(model)    # gathers FSDP shards: a collective, so every rank calls it
         if rank == 0:
             torch.save(sd, cfg.save_params)
+    if deepspeed:
+        from syncviz.workloads.deepspeed_workload import cleanup
+        cleanup(model)
     return losses
 
 
