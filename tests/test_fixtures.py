@@ -19,7 +19,9 @@ _spec.loader.exec_module(make_fixtures)
 
 def _same(a, b, path="") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k}: only in one" for k in set(a) ^ set(b)]
+        # a key only in today's numbers is a metric added since (not a changed number); one that
+        # disappeared is a change
+        out = [f"{path}.{k}: no longer computed" for k in set(b) - set(a)]
         for k in set(a) & set(b):
             out += _same(a[k], b[k], f"{path}.{k}")
         return out
