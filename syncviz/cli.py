@@ -54,7 +54,8 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="syncviz")
-def cli():
+@click.option("--debug", is_flag=True, help="On an error, show the Python traceback (also: SYNCVIZ_DEBUG=1).")
+def cli(debug):
     """syncviz: a gradient-synchronization profiler and visualizer for PyTorch data parallelism.
 
     \b
@@ -64,21 +65,27 @@ def cli():
       syncviz summary traces/<run>                   # what happened, per step and per bucket
       syncviz dash traces/                           # replay it in the browser
     """
+    _state["debug"] = _state["debug"] or debug
+
+
+_state = {"debug": False}
 
 
 def main(argv=None):
-    from syncviz.trace import TraceError
+    """Every error ends as one line on stderr and a non-zero exit; ``--debug`` shows the traceback."""
+    import os
+    _state["debug"] = os.environ.get("SYNCVIZ_DEBUG", "") not in ("", "0")
     try:
         cli.main(args=argv, prog_name="syncviz", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("syncviz: aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
+        if _state["debug"]:
+            import traceback
+            traceback.print_exc()
         e.show()
         sys.exit(e.exit_code)
-    except TraceError as e:
-        click.echo(f"syncviz: error: {e}", err=True)
-        sys.exit(2)
     except KeyboardInterrupt:
         click.echo("syncviz: interrupted", err=True)
         sys.exit(130)
@@ -86,6 +93,28 @@ def main(argv=None):
         raise
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
+    except BrokenPipeError:          # `syncviz summary run | head`: not an error
+        sys.stderr.close()
+        sys.exit(0)
+    except Exception as e:           # noqa: BLE001 - the last line of defence: one line, never a traceback
+        from syncviz.trace import TraceError
+        if _state["debug"]:
+            import traceback
+            traceback.print_exc()
+        if isinstance(e, TraceError):
+            click.echo(f"syncviz: error: {e}", err=True)
+            sys.exit(2)
+        click.echo(f"syncviz: error: {error_line(e)}"
+                   + ("" if _state["debug"] else " (run with --debug for the traceback)"), err=True)
+        sys.exit(1)
+
+
+def error_line(e: BaseException) -> str:
+    """One line for an unexpected error: its type and the first line of its message, bounded."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, MemoryError):
+        text = "out of memory"
+    return f"{e.__class__.__name__}: {text[:300]}" if text else e.__class__.__name__
 
 
 if __name__ == "__main__":

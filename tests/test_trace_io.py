@@ -91,6 +91,7 @@ def test_older_minor_version_without_a_column_is_read(tmp_path):
     fields = [f for f in S.EVENT_SCHEMA if f.name != "logical_bytes"]
     sch = pa.schema(fields, metadata=S.stream_metadata(0))
     row = {f.name: [S.EVENT_DEFAULTS[f.name]] for f in fields}
+    row.update(kind=["step"], step=[0], start_ns=[0], end_ns=[5])
     with pa.OSFile(str(tmp_path / "rank-0.arrow"), "wb") as f, pa.ipc.new_stream(f, sch) as w:
         w.write_batch(pa.RecordBatch.from_pydict(row, schema=sch))
     write_json_atomic(tmp_path / "run.json", {"schema": S.SCHEMA_VERSION, "world_size": 1})

@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from syncviz.trace import schema as S
+from syncviz.trace import validate as V
 
 # Arrow IPC end-of-stream marker: continuation token + zero length. Its absence means the writer
 # never closed the stream (the rank died or is still running).
@@ -45,7 +46,10 @@ class Run:
 
     @property
     def world_size(self) -> int:
-        return int(self.meta.get("world_size") or (self.events["rank"].max() + 1 if len(self.events) else 0))
+        w = self.meta.get("world_size")
+        if isinstance(w, int) and not isinstance(w, bool) and 0 < w <= V.MAX_WORLD:
+            return w
+        return int(self.events["rank"].max() + 1) if len(self.events) else 0
 
     @property
     def ranks(self) -> list[int]:
@@ -81,13 +85,20 @@ def read_meta(run_dir: str | os.PathLike) -> dict:
 
 
 def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch], str | None]:
-    """All complete batches of an IPC stream and a problem description (None when clean)."""
-    size = path.stat().st_size
-    if size == 0:
+    """All complete batches of an IPC stream and a problem description (None when clean).
+
+    The file is read into memory first, never memory-mapped: a file truncated under a mapped
+    reader (a second recording into the same directory) kills the process with SIGBUS."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({_short(e)})") from None
+    if not data:
         return [], "empty file (the rank wrote nothing)"
     batches: list[pa.RecordBatch] = []
     try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path), "r"))
+        reader = pa.ipc.open_stream(pa.BufferReader(data))
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise TraceError(f"{path}: not an Arrow IPC stream ({_short(e)})") from None
     meta = reader.schema.metadata or {}
@@ -107,32 +118,13 @@ def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch],
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             problem = f"truncated or corrupt after {len(batches)} complete batches ({_short(e)})"
             break
-    if problem is None:
-        with open(path, "rb") as f:
-            f.seek(max(0, size - len(_EOS)))
-            if f.read() != _EOS:
-                problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
+    if problem is None and data[-len(_EOS):] != _EOS:
+        problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
     return batches, problem
 
 
 def _short(e: Exception) -> str:
     return str(e).strip().splitlines()[0][:160] if str(e).strip() else e.__class__.__name__
-
-
-def _conform(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
-    """Add columns an older writer lacked (defaults) and cast to the current schema's types."""
-    cols = []
-    for fld in schema:
-        if fld.name in table.column_names:
-            try:
-                cols.append(table.column(fld.name).cast(fld.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise TraceError(f"{path}: column {fld.name} has type "
-                                 f"{table.column(fld.name).type}, expected {fld.type}") from None
-        else:
-            default = S.EVENT_DEFAULTS.get(fld.name)
-            cols.append(pa.array([default] * table.num_rows, type=fld.type))
-    return pa.Table.from_arrays(cols, schema=schema)
 
 
 def rank_files(run_dir: Path) -> dict[int, Path]:
@@ -145,20 +137,38 @@ def rank_files(run_dir: Path) -> dict[int, Path]:
 
 
 def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.Table, list[str], list[int]]:
-    """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks."""
+    """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks. A rank file
+    that cannot be used is named in the problems and the other ranks are read; invalid and
+    duplicate rows are dropped and counted (validate.py). Raises TraceError when no rank is usable."""
     files = rank_files(run_dir)
     if ranks is not None:
-        files = {r: p for r, p in files.items() if r in set(ranks)}
-    tables, problems, incomplete = [], [], []
+        wanted = set(ranks)
+        files = {r: p for r, p in files.items() if r in wanted}
+    tables, problems, incomplete, errors = [], [], [], []
     for rank, path in files.items():
-        batches, problem = _read_stream(path, S.EVENT_SCHEMA)
-        if problem:
-            problems.append(f"rank {rank} incomplete: {path.name}: {problem}")
-            incomplete.append(rank)
-        if not batches:
+        try:
+            batches, problem = _read_stream(path, S.EVENT_SCHEMA)
+            if problem:
+                problems.append(f"rank {rank} incomplete: {path.name}: {problem}")
+                incomplete.append(rank)
+            if not batches:
+                continue
+            t, bad = V.conform(pa.Table.from_batches(batches), S.EVENT_SCHEMA, S.EVENT_DEFAULTS)
+        except V.StreamError as e:
+            errors.append((rank, f"{path}: {e}"))
             continue
-        t = _conform(pa.Table.from_batches(batches), S.EVENT_SCHEMA, path)
+        except TraceError as e:
+            errors.append((rank, str(e)))
+            continue
+        t, rank_problems = V.clean_rank_table(t, bad, rank)
+        problems.extend(rank_problems)
         tables.append(t.append_column("rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32))))
+    if errors and not tables:
+        more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
+        raise TraceError(errors[0][1] + more)
+    for rank, e in errors:
+        problems.append(f"rank {rank} unreadable, left out: {e}")
+        incomplete.append(rank)
     if not tables:
         empty = S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
         return empty, problems, incomplete
@@ -166,18 +176,25 @@ def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.T
 
 
 def load_layouts(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Bucket layouts of every rank; a damaged layout file is named and left out."""
     frames, problems = [], []
     for p in sorted(run_dir.glob("layout-*.arrow")):
         m = re.match(r"^layout-(\d+)\.arrow$", p.name)
         if not m:
             continue
-        batches, problem = _read_stream(p, S.LAYOUT_SCHEMA)
-        if problem and batches:
-            problems.append(f"{p.name}: {problem}")
-        if batches:
-            df = pa.Table.from_batches(batches).to_pandas()
-            df["rank"] = int(m.group(1))
-            frames.append(df)
+        try:
+            batches, problem = _read_stream(p, S.LAYOUT_SCHEMA)
+            if problem and batches:
+                problems.append(f"{p.name}: {problem}")
+            if batches:
+                t, bad = V.conform(pa.Table.from_batches(batches), S.LAYOUT_SCHEMA, {})
+                if bad:
+                    problems.append(f"{p.name}: {sum(int(b.sum()) for b in bad.values())} unreadable values")
+                df = t.to_pandas()
+                df["rank"] = int(m.group(1))
+                frames.append(df)
+        except (TraceError, V.StreamError) as e:
+            problems.append(f"{p.name}: unreadable, left out ({str(e).replace(str(p) + ': ', '')})")
     if not frames:
         return pd.DataFrame(columns=list(S.LAYOUT_COLUMNS) + ["rank"]), problems
     return pd.concat(frames, ignore_index=True), problems
@@ -202,15 +219,18 @@ def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> 
     meta = read_meta(run_dir)
     if not rank_files(run_dir):
         raise TraceError(f"{run_dir}: no rank-<r>.arrow files (the run recorded nothing)")
+    on_disk = list(rank_files(run_dir))
+    mproblems = V.check_meta(meta, on_disk)
     table, problems, incomplete = load_events(run_dir, ranks)
     layouts, lproblems = load_layouts(run_dir)
-    world = meta.get("world_size")
-    if world and ranks is None:
-        missing = sorted(set(range(int(world))) - set(rank_files(run_dir)))
-        if missing:
-            problems.append(f"ranks {missing} wrote no file")
-            incomplete.extend(missing)
-    return RunFiles(run_dir, meta, table, layouts, problems + lproblems, sorted(set(incomplete)))
+    world = meta["world_size"]          # validated: 1..MAX_WORLD and >= the highest rank file
+    if ranks is None and len(on_disk) < world:
+        have = set(on_disk)
+        missing = [r for r in range(world) if r not in have]   # bounded by check_meta
+        shown = ", ".join(map(str, missing[:8])) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
+        problems.append(f"ranks {shown} wrote no file")
+        incomplete.extend(missing[:10_000])
+    return RunFiles(run_dir, meta, table, layouts, mproblems + problems + lproblems, sorted(set(incomplete)))
 
 
 def events_frame(table: pa.Table) -> pd.DataFrame:

@@ -21,9 +21,25 @@ def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
     """Replace ``path`` atomically so a reader never sees half a run.json."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    # mkstemp creates 0600; a run is shared like the arrow files next to it (0666 minus umask,
+    # 0644 usually), so a dashboard running as another user can read it.
+    os.fchmod(fd, 0o666 & ~_umask())
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True, default=str)
     os.replace(tmp, path)
+
+
+def _umask() -> int:
+    """The process umask without changing it (os.umask sets it; another thread may be creating
+    files meanwhile): Linux reports it in /proc/self/status."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def events_to_batch(columns: Mapping[str, Iterable]) -> pa.RecordBatch:
