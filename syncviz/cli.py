@@ -80,6 +80,10 @@ def main(argv=None):
     except click.exceptions.Abort:
         click.echo("syncviz: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as e:     # one line, not click's three (usage, hint, error)
+        where = e.ctx.command_path if e.ctx else "syncviz"
+        click.echo(f"syncviz: error: {e.format_message()} (see: {where} --help)", err=True)
+        sys.exit(e.exit_code)
     except click.ClickException as e:
         if _state["debug"]:
             import traceback

@@ -106,11 +106,12 @@ def advise_command(run_dir, caps, world_size, link_name, as_json, k_bytes):
     from rich.console import Console
     from rich.table import Table
 
-    from syncviz.trace import load_run
+    from syncviz.trace import load_run, warn_problems
     caps = parse_caps(caps)
-    if world_size is not None and world_size < 1:
-        raise click.BadParameter("world size must be >= 1", param_hint="--world-size")
+    if world_size is not None and not 1 <= world_size <= 1 << 20:
+        raise click.BadParameter("world size must be 1..1048576", param_hint="--world-size")
     run = load_run(run_dir)
+    warn_problems(run)
     try:
         adv = advise(run, caps, world_size, CM.LINKS[link_name] if link_name else None, float(k_bytes))
     except ValueError as e:

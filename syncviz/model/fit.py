@@ -200,8 +200,9 @@ def fit_command(run_dir, duration, as_json):
     from rich.console import Console
     from rich.table import Table
 
-    from syncviz.trace import load_run
+    from syncviz.trace import load_run, warn_problems
     run = load_run(run_dir)
+    warn_problems(run)
     try:
         fit, rows = fit_run(run, duration)
     except ValueError as e:

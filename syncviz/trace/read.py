@@ -70,8 +70,12 @@ def read_meta(run_dir: str | os.PathLike) -> dict:
         raise TraceError(f"{path}: missing (is {run_dir} a syncviz run directory?)")
     try:
         meta = json.loads(path.read_text())
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror or e.__class__.__name__})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path}: corrupt JSON ({e.__class__.__name__}: {e})") from None
+        raise TraceError(f"{path}: corrupt JSON ({e.__class__.__name__}: {_short(e)})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: corrupt JSON (nested too deeply)") from None
     if not isinstance(meta, dict):
         raise TraceError(f"{path}: expected a JSON object")
     try:
@@ -131,7 +135,7 @@ def rank_files(run_dir: Path) -> dict[int, Path]:
     out = {}
     for p in run_dir.iterdir():
         m = _RANK_RE.match(p.name)
-        if m:
+        if m and int(m.group(1)) < V.MAX_WORLD:    # beyond: not a rank (named by open_run)
             out[int(m.group(1))] = p
     return dict(sorted(out.items()))
 
@@ -184,7 +188,7 @@ def load_layouts(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
             continue
         try:
             batches, problem = _read_stream(p, S.LAYOUT_SCHEMA)
-            if problem and batches:
+            if problem:
                 problems.append(f"{p.name}: {problem}")
             if batches:
                 t, bad = V.conform(pa.Table.from_batches(batches), S.LAYOUT_SCHEMA, {})
@@ -221,6 +225,8 @@ def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> 
         raise TraceError(f"{run_dir}: no rank-<r>.arrow files (the run recorded nothing)")
     on_disk = list(rank_files(run_dir))
     mproblems = V.check_meta(meta, on_disk)
+    mproblems += [f"{p.name}: rank number out of range; ignored" for p in run_dir.glob("rank-*.arrow")
+                  if _RANK_RE.match(p.name) and int(_RANK_RE.match(p.name).group(1)) >= V.MAX_WORLD][:3]
     table, problems, incomplete = load_events(run_dir, ranks)
     layouts, lproblems = load_layouts(run_dir)
     world = meta["world_size"]          # validated: 1..MAX_WORLD and >= the highest rank file
@@ -230,7 +236,10 @@ def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> 
         shown = ", ".join(map(str, missing[:8])) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
         problems.append(f"ranks {shown} wrote no file")
         incomplete.extend(missing[:10_000])
-    return RunFiles(run_dir, meta, table, layouts, mproblems + problems + lproblems, sorted(set(incomplete)))
+    incomplete = sorted(set(incomplete))
+    crashed = _unfinished(meta, table, incomplete)
+    return RunFiles(run_dir, meta, table, layouts, ([crashed] if crashed else []) + mproblems + problems + lproblems,
+                    incomplete)
 
 
 def events_frame(table: pa.Table) -> pd.DataFrame:
@@ -247,6 +256,27 @@ def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> 
     f = open_run(run_dir, ranks)
     return Run(path=f.path, meta=f.meta, events=events_frame(f.table), layouts=f.layouts,
                problems=f.problems, incomplete_ranks=f.incomplete_ranks)
+
+
+def warn_problems(run) -> None:
+    """Every problem of a loaded run as one warning line on stderr: commands whose output has no
+    place for them (JSON, exports, fits) still never give a number from damaged data silently."""
+    import sys
+    for p in run.problems:
+        print(f"syncviz: warning: {run.name}: {p}", file=sys.stderr)
+
+
+def _unfinished(meta: dict, table: pa.Table, incomplete: list[int]) -> str | None:
+    """'run did not finish ...' with each incomplete rank's last complete step (where it stopped)."""
+    if meta.get("finished", True) is not False:
+        return None
+    last = {}
+    if table.num_rows:
+        g = table.select(["rank", "step"]).group_by("rank").aggregate([("step", "max")])
+        last = dict(zip(g.column("rank").to_pylist(), g.column("step_max").to_pylist()))
+    where = "; ".join(f"rank {r} " + (f"after step {last[r]}" if r in last else "before its first step")
+                      for r in (incomplete or sorted(last))[:8])
+    return f"run did not finish (crashed, stopped, or still recording): {where}"
 
 
 def is_run_dir(path: str | os.PathLike) -> bool:

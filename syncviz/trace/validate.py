@@ -73,6 +73,19 @@ def check_meta(meta: dict, ranks_on_disk: list[int]) -> list[str]:
         if v is not None and not (_is_int(v) and 0 <= v <= MAX_STEP):
             problems.append(f"run.json: {key} = {str(v)[:40]!r} is not a count; ignored")
             del meta[key]
+    cfg = meta.get("strategy_config")
+    shapes = cfg.get("param_shapes") if isinstance(cfg, dict) else None
+    if shapes is not None and not (isinstance(shapes, dict) and len(shapes) <= 10 ** 6 and all(
+            isinstance(v, list) and len(v) <= 16 and all(_is_int(x) and 0 <= x <= 2 ** 40 for x in v)
+            for v in shapes.values())):
+        problems.append("run.json: strategy_config.param_shapes is not {name: [dims]}; ignored")
+        del cfg["param_shapes"]
+    if isinstance(meta.get("memory"), list):
+        for m in meta["memory"]:
+            for k, v in list((m or {}).items()):
+                if v is not None and not (_is_int(v) and 0 <= v <= MAX_BYTES) and k.endswith("_bytes"):
+                    problems.append(f"run.json: memory {k} = {str(v)[:40]!r} is not a size; ignored")
+                    m[k] = None
     top = max(ranks_on_disk, default=-1) + 1
     w = meta.get("world_size")
     if w is None:
@@ -112,6 +125,7 @@ def conform(table: pa.Table, schema: pa.Schema, defaults: dict) -> tuple[pa.Tabl
             if fld.name in REQUIRED_COLUMNS and schema.names[0] == "step":
                 raise StreamError(f"required column '{fld.name}' is missing")
             cols.append(pa.array([defaults.get(fld.name)] * n, type=fld.type))
+            bad[f"missing:{fld.name}"] = np.ones(n, bool)   # counted: the numbers use a default
             continue
         col = table.column(fld.name)
         arr, mask = _cast(col, fld.type, fld.name)
@@ -180,9 +194,12 @@ def invalid_rows(table: pa.Table, bad: dict[str, np.ndarray]) -> tuple[np.ndarra
         if new.any():
             why[reason] += int(new.sum())
             drop |= new
-    filled = sum(int(m.sum()) for c, m in bad.items() if c not in REQUIRED_COLUMNS)
+    filled = sum(int(m.sum()) for c, m in bad.items() if c not in REQUIRED_COLUMNS and not c.startswith("missing:"))
     if filled:
         why["optional values unreadable (set to defaults)"] += filled
+    missing = [c.split(":", 1)[1] for c in bad if c.startswith("missing:")]
+    if missing:
+        why[f"optional values missing (no column {', '.join(missing)}; defaults used)"] += n
     return drop, why
 
 

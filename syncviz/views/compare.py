@@ -18,7 +18,7 @@ from rich.table import Table
 from syncviz import analysis as A
 from syncviz.trace import schema as S
 from syncviz.model import theory as T
-from syncviz.trace import Run, TraceError, find_runs, load_run
+from syncviz.trace import Run, TraceError, find_runs, load_run, warn_problems
 
 MATCH_TOLERANCE = 0.005      # measured vs expected bytes: relative difference still called "equal"
 SLOW_RATIO = 0.75            # RS or AG over an all_reduce of the same bytes: textbook ~0.5 (ring)
@@ -39,6 +39,8 @@ def load_runs(paths, strategies: tuple[str, ...] = ()) -> list[Run]:
             raise TraceError(f"{p}: no syncviz run here (no run.json below it)")
         dirs.extend(d for d in found if d not in dirs)
     runs = [load_run(d) for d in dirs]
+    for r in runs:
+        warn_problems(r)
     if strategies:
         runs = [r for r in runs if r.meta.get("strategy") in strategies]
         if not runs:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from syncviz import analysis as A
-from syncviz.trace import Run, load_run
+from syncviz.trace import Run, load_run, warn_problems
 
 
 def _f(x, fmt="{:.2f}", none="–"):
@@ -162,6 +162,7 @@ def summary_command(run, as_json):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
     r = load_run(run)
     if as_json:
+        warn_problems(r)
         click.echo(json.dumps(_clean(summary_json(r)), indent=1, default=str))
     else:
         print_summary(r)

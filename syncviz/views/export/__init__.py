@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from syncviz.trace import TraceError, find_runs, load_run
+from syncviz.trace import TraceError, find_runs, load_run, warn_problems
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -32,7 +32,9 @@ def _one_run(path: str):
     if len(runs) > 1:
         raise click.UsageError(f"{path} holds {len(runs)} runs; name one of them "
                                f"(e.g. {runs[0]})")
-    return load_run(runs[0])
+    run = load_run(runs[0])
+    warn_problems(run)
+    return run
 
 
 def _output(path: str, suffixes: tuple[str, ...]) -> Path:
@@ -67,7 +69,9 @@ def tensorboard_command(runs, logdir, no_profiler):
 
     Path(logdir).mkdir(parents=True, exist_ok=True)
     for path in _runs(runs):
-        out = write_tensorboard(load_run(path), logdir, copy_profiler=not no_profiler)
+        run = load_run(path)
+        warn_problems(run)
+        out = write_tensorboard(run, logdir, copy_profiler=not no_profiler)
         profiled = sorted(out.glob("*.pt.trace.json*"))
         note = f" (+{len(profiled)} profiler traces)" if profiled else ""
         click.echo(f"{path} -> {out}{note}")
