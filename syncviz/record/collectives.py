@@ -142,11 +142,13 @@ def _wrap(name: str, orig, describe):
             return orig(*args, **kwargs)
         launch = rec.now()
         _TLS.busy = True
+        rec.calling(op, name, nbytes, launch)
         try:
             work = orig(*args, **kwargs)
             returned = rec.now()
         finally:
             _TLS.busy = False
+            rec.returned()
         resolved = group or c10d._get_default_group()
         size = resolved.size()
         label = name

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import textwrap
 import threading
@@ -22,7 +23,7 @@ import click
 from syncviz.trace import schema as S
 
 SYNCVIZ_OPTIONS = ("out", "name", "steps", "backend", "profile", "profile_steps", "overwrite", "quiet",
-                   "no_collectives", "grad_values", "grad_elements")
+                   "no_collectives", "grad_values", "grad_elements", "hang_timeout")
 USAGE = ("syncviz trace [syncviz options] [torchrun options] script.py [script args]\n"
          "       syncviz trace [syncviz options] [torchrun options] -m package.module [module args]")
 DESCRIPTION = ("Run a training script on torchrun ranks and record its gradient synchronization. "
@@ -49,6 +50,9 @@ def _add_syncviz_options(p: argparse.ArgumentParser) -> None:
                         "before and after DDP's all-reduce (grads-<rank>.arrow; off by default)")
     g.add_argument("--grad-elements", type=int, default=4, metavar="K",
                    help="elements per parameter for --grad-values [default: 4]")
+    g.add_argument("--hang-timeout", type=float, default=None, metavar="S",
+                   help="report a hang (who is stuck in which collective, in <run>/hang.json) and stop the ranks "
+                        "when no rank completes a step for S seconds [default: max(60, 10 x the median step)]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,6 +136,8 @@ def run_trace(argv: list[str]) -> Path:
         raise click.BadParameter(str(e), param_hint="--steps") from None
     if args.grad_elements < 1:
         raise click.BadParameter("K must be >= 1", param_hint="--grad-elements")
+    if args.hang_timeout is not None and not 0 < args.hang_timeout <= 10 ** 6:
+        raise click.BadParameter("give seconds > 0", param_hint="--hang-timeout")
     if args.profile and not re.fullmatch(r"\d+:\d+", args.profile_steps or ""):
         raise click.BadParameter("use A:B, e.g. 2:4", param_hint="--profile-steps")
     stem = target.rsplit(".", 1)[-1] if args.module else Path(target).stem
@@ -143,7 +149,7 @@ def run_trace(argv: list[str]) -> Path:
         if not args.overwrite:
             raise click.ClickException(f"{out} already holds a run; pass --overwrite or choose --out")
         for p in (list(out.glob("rank-*.arrow")) + list(out.glob("layout-*.arrow")) + list(out.glob("grads-*.arrow"))
-                  + [out / S.RUN_FILE]):
+                  + list(out.glob("inflight-*.json")) + [out / S.RUN_FILE, out / "hang.json"]):
             p.unlink(missing_ok=True)
         shutil.rmtree(out / "profiler", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -153,9 +159,13 @@ def run_trace(argv: list[str]) -> Path:
                        collectives=not args.no_collectives, backend=args.backend or "",
                        profile=args.profile_steps if args.profile else "",
                        grad_values=args.grad_elements if args.grad_values else 0).to_env()
+    hang_timeout = args.hang_timeout
     for k in SYNCVIZ_OPTIONS:
         delattr(args, k)
-    args.training_script, args.module = "syncviz.record.bootstrap", True
+    # The bootstrap runs by file path, not `-m syncviz.record.bootstrap`: with -m the working
+    # directory comes first on sys.path, and a `syncviz/` folder there shadowed the package.
+    from syncviz.record import bootstrap
+    args.training_script, args.module = os.path.abspath(bootstrap.__file__), False
     args.no_python = False
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -164,17 +174,34 @@ def run_trace(argv: list[str]) -> Path:
         target=_progress, args=(out, stop), daemon=True)
     if watcher:
         watcher.start()
+    from syncviz.record.hangs import HangWatch, summary_line
+    hangs = HangWatch(out, hang_timeout, stop)
+    hangs.start()
     try:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import run
+        _quiet_torchrun_logs()
         try:
             run(args)
         except ChildFailedError as e:
+            if hangs.hung:
+                raise click.ClickException(summary_line(hangs.hung, out)) from None
             raise click.ClickException(_failure_line(e, out)) from None
+        except (SignalException, KeyboardInterrupt) as e:
+            if hangs.hung:
+                raise click.ClickException(summary_line(hangs.hung, out)) from None
+            sig = getattr(e, "sigval", signal.SIGINT)
+            click.echo(f"[syncviz] stopped by {signal.Signals(sig).name}: ranks stopped; completed steps kept in "
+                       f"{out}", err=True)
+            sys.exit(130 if sig == signal.SIGINT else 128 + int(sig))
     finally:
         stop.set()
         if watcher:
             watcher.join(timeout=2)
+        hangs.join(timeout=2)
+        for p in out.glob("inflight-*.json"):
+            p.unlink(missing_ok=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -183,15 +210,20 @@ def run_trace(argv: list[str]) -> Path:
     return out
 
 
+def _quiet_torchrun_logs() -> None:
+    """torchrun's agent logs several warning lines per event (death signals, failed workers, the
+    OMP_NUM_THREADS banner); syncviz says what happened in one line. Errors still show."""
+    import logging
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _failure_line(e, out: Path) -> str:
-    parts = []
-    for rank, f in sorted(getattr(e, "failures", {}).items()):
-        code = getattr(f, "exitcode", "?")
-        sig = f" (signal {-code})" if isinstance(code, int) and code < 0 else ""
-        parts.append(f"rank {rank} exited with code {code}{sig}")
-    what = "; ".join(parts) or str(e).splitlines()[0]
-    return (f"training failed: {what}. Completed steps are kept in {out} "
-            f"(see: syncviz summary {out})")
+    """Name the rank that failed first and why (its exception, from the error file the bootstrap's
+    torch ``record`` wrapper wrote), not the ranks torchrun killed afterwards (exit −15)."""
+    from syncviz.record.failures import failure_line
+    return failure_line(getattr(e, "failures", {}) or {}, str(e), out)
 
 
 def _progress(out: Path, stop: threading.Event) -> None:

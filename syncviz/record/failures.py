@@ -1,0 +1,72 @@
+"""Name a failed run right: the rank that failed first and its exit reason, from torchrun's
+ChildFailedError (one ProcessFailure per rank: exit code, timestamp, and the error file that the
+bootstrap's ``torch.distributed.elastic.multiprocessing.errors.record`` wrapper wrote with the
+exception). Ranks torchrun killed after the first failure (exit −15) are not the cause."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _reason(f) -> str:
+    msg = getattr(f, "message", "") or ""
+    if isinstance(msg, dict):
+        msg = msg.get("message", "") or ""
+    text = str(msg).strip()
+    if text and text != "<N/A>" and not text.startswith("To enable traceback"):
+        # record() stores "ExcType: message" (tracebacks live in extraInfo): keep the first line
+        return text.splitlines()[0][:240]
+    code = getattr(f, "exitcode", None)
+    if isinstance(code, int) and code < 0:
+        import signal
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def first_failure(failures: dict) -> tuple[int, object] | None:
+    """(rank, failure) of the cause: earliest timestamp among ranks that failed on their own (an
+    exception or a non-zero exit), before ranks killed by a signal; ties → the lowest rank."""
+    if not failures:
+        return None
+
+    def key(item):
+        rank, f = item
+        code = getattr(f, "exitcode", 0)
+        killed = isinstance(code, int) and code < 0 and not (getattr(f, "message", "") and _has_message(f))
+        return (killed, getattr(f, "timestamp", 0) or 0, rank)
+    return min(failures.items(), key=key)
+
+
+def _has_message(f) -> bool:
+    msg = getattr(f, "message", "")
+    if isinstance(msg, dict):
+        msg = msg.get("message", "")
+    return bool(str(msg).strip()) and str(msg).strip() != "<N/A>"
+
+
+def steps_kept(out: Path) -> int:
+    """Complete steps in the run directory (0 when nothing is readable)."""
+    try:
+        from syncviz.trace import load_run
+        run = load_run(out)
+        return int(run.events.loc[run.events["kind"] == "step", "step"].nunique())
+    except Exception:   # noqa: BLE001 - this only decides what to suggest
+        return 0
+
+
+def failure_line(failures: dict, text: str, out: Path) -> str:
+    first = first_failure(failures)
+    if first is None:
+        what = text.strip().splitlines()[0] if text.strip() else "a rank failed"
+    else:
+        rank, f = first
+        others = sorted(r for r in failures if r != rank)
+        what = f"rank {rank} failed first: {_reason(f)}"
+        if others:
+            what += f" (then rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others[:8]))} stopped)"
+    n = steps_kept(out)
+    if n:
+        return f"training failed: {what}. {n} complete steps kept in {out} (see: syncviz summary {out})"
+    return f"training failed: {what}. No complete step was recorded (the run directory {out} holds no usable trace)"

@@ -1,0 +1,72 @@
+"""Hang forensics, rank side (as PyTorch's Flight Recorder does for NCCL): a light thread per rank
+that, every ``PERIOD_S``, reads the recorder's in-flight state (Recorder.inflight(): the current
+step and its unfinished collectives and buckets) and writes it to ``inflight-<rank>.json`` in the
+run directory, atomically and only when it changed. It never touches the training hot path; the
+launcher (record/hangs.py) reads these files to say who is stuck in what.
+
+A blocking gloo collective releases the GIL while it waits, so this thread keeps running while
+its rank is stuck (which is the point)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+
+from syncviz.trace import write_json_atomic
+
+PERIOD_S = 1.0
+
+
+def inflight_file(rank: int) -> str:
+    return f"inflight-{rank}.json"
+
+
+class Watchdog:
+    def __init__(self, rec, period_s: float = PERIOD_S):
+        self.rec, self.period_s = rec, period_s
+        self.path = Path(rec.run_dir) / inflight_file(rec.rank)
+        self._stop = threading.Event()
+        self._last = None
+        self._thread = threading.Thread(target=self._loop, name="syncviz-watchdog", daemon=True)
+
+    def start(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def _key(self, state: dict) -> tuple:
+        return (state["step"], state["micro"], state["steps_written"],
+                tuple((c["op"], c["name"], c["bytes"], c["bucket"], c["launch_ns"]) for c in state["inflight"]))
+
+    def poll(self) -> bool:
+        """Write the state when it changed; True when written."""
+        state = self.rec.inflight()
+        key = self._key(state)
+        if key == self._last:
+            return False
+        import time
+        state["written_unix"] = time.time()
+        write_json_atomic(self.path, state)
+        self._last = key
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            if self.rec.closed:
+                break
+            with contextlib.suppress(Exception):   # a watchdog never takes its rank down
+                self.poll()
+
+    def stop(self) -> None:
+        """Stop and remove the file (a rank that closed cleanly is stuck in nothing)."""
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def start(rec) -> Watchdog:
+    """Start the watchdog of ``rec`` and stop it when the recorder closes."""
+    w = Watchdog(rec)
+    with contextlib.suppress(Exception):
+        w.poll()                 # the rank is alive: its file exists from the start
+    rec.on_close(lambda _rec: w.stop())
+    return w.start()
