@@ -38,8 +38,9 @@ def main() -> None:
     if opts.collectives:
         from syncviz.record import collectives
         collectives.install(rec)
-    from syncviz.record import watchdog
+    from syncviz.record import gather, watchdog
     watchdog.start(rec)
+    gather.install(rec)
     target, is_module = opts.target, opts.is_module
     finished = False
     try:

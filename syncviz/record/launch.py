@@ -253,13 +253,20 @@ def trace_command(argv):
         click.echo("usage: " + USAGE, err=True)
         raise click.UsageError("give a training script (or -m module) to run")
     out = run_trace(argv)
+    if not (out / S.RUN_FILE).exists() and any(out.glob("rank-*.arrow")):
+        click.echo(f"[syncviz] this node's ranks are done; node 0's run directory holds the run "
+                   f"(copies of this node's files stay in {out})", err=True)
+        return
     from syncviz.analysis import run_summary
     from syncviz.trace import TraceError, load_run
     try:
         s = run_summary(load_run(out))
-        click.echo(f"[syncviz] {out}: {s['steps']} steps, {s['world_size']} ranks. {s['verdict']}", err=True)
-        for p in s["problems"]:
-            click.echo(f"[syncviz] warning: {p}", err=True)
     except TraceError as e:
-        click.echo(f"[syncviz] recorded run could not be read: {e}", err=True)
+        raise click.ClickException(f"the recorded run could not be read: {e}") from None
+    for p in s["problems"]:
+        click.echo(f"[syncviz] warning: {p}", err=True)
+    if not s["steps"]:
+        raise click.ClickException(f"the script ran but no complete step was recorded in {out} (did it call "
+                                   "optimizer.step() under torch.distributed?)")
+    click.echo(f"[syncviz] {out}: {s['steps']} steps, {s['world_size']} ranks. {s['verdict']}", err=True)
     click.echo(f"[syncviz] next: syncviz summary {out}   |   syncviz dash {out.parent}", err=True)
