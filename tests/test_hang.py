@@ -1,6 +1,9 @@
 """Hang forensics and failure attribution with real `syncviz trace` runs (2 CPU ranks, gloo)."""
 import json
+import os
+import signal
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -60,3 +63,27 @@ def test_trace_from_a_directory_holding_a_syncviz_folder(tmp_path):
                 SCRIPTS / "hang_skip.py", "--steps", 3, "--skip", -1, cwd=tmp_path, entry=entry)
     assert p.returncode == 0, p.stderr[-2000:]
     assert load_run(tmp_path / "run").events["step"].max() == 2
+
+
+def test_ctrl_c_stops_cleanly_with_one_line_and_keeps_the_run(tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", "2", "--out", str(out),
+                          "--quiet", str(SCRIPTS / "hang_skip.py"), "--steps", "1000", "--skip", "-1",
+                          "--step-sleep", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if json.loads((out / "run.json").read_text()).get("steps_recorded", 0) >= 2:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGINT)        # what a terminal's Ctrl-C does: every process of the group
+    _, err = p.communicate(timeout=120)
+    print(err)
+    assert p.returncode == 130
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("[syncviz] stopped by SIGINT: ranks stopped; completed steps kept")
+    run = load_run(out)
+    assert run.events.loc[run.events["kind"] == "step", "step"].nunique() >= 2

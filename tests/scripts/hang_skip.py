@@ -2,7 +2,7 @@
 with something else (here: sleeping), so rank 0 waits in that all_reduce until gloo's 30-minute
 timeout. Used by test_hang: `syncviz trace --hang-timeout S` must report it and stop the ranks.
 
-usage: hang_skip.py [--steps N] [--skip STEP]
+usage: hang_skip.py [--steps N] [--skip STEP] [--step-sleep S]
 """
 import argparse
 import time
@@ -14,6 +14,7 @@ import torch.nn as nn
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--skip", type=int, default=3)
+p.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute' per step")
 a = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -22,6 +23,7 @@ torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(a.steps):
+    time.sleep(a.step_sleep)
     x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
     nn.functional.cross_entropy(model(x), y).backward()
     flat = torch.cat([q.grad.flatten() for q in model.parameters()])
