@@ -211,12 +211,12 @@ def run_trace(argv: list[str]) -> Path:
 
 
 def _quiet_torchrun_logs() -> None:
-    """torchrun's agent logs several warning lines per event (death signals, failed workers, the
-    OMP_NUM_THREADS banner); syncviz says what happened in one line. Errors still show."""
+    """torchrun's agent logs several lines per event (death signals, "failed (exitcode: 1)" per
+    worker, the OMP_NUM_THREADS banner); syncviz says what happened in one line."""
     import logging
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("torch.distributed"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _failure_line(e, out: Path) -> str:
