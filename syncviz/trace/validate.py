@@ -18,6 +18,9 @@ from syncviz.trace import schema as S
 
 # Columns without which a row means nothing; a stream lacking one is refused, naming it.
 REQUIRED_COLUMNS = ("step", "kind", "start_ns", "end_ns")
+# Columns an older writer did not have: filled with their defaults without a warning (schema.py's
+# EVENT_DEFAULTS). Any other missing column is damage: defaults are used and the rows counted.
+COMPAT_COLUMNS = ("logical_bytes",)
 # Times are ns since run start. 2^52 ns is 52 days: longer than any run, exact in float64, and far
 # from int64 overflow when a few thousand intervals are summed (2^62 overflowed in summary).
 MAX_TIME_NS = 2 ** 52
@@ -41,11 +44,12 @@ def check_meta(meta: dict, ranks_on_disk: list[int]) -> list[str]:
     back to their defaults); world_size is checked against the rank files. Returns problems."""
     problems = []
     typed = {"name": str, "strategy": str, "engine": str, "backend": str, "device": str,
-             "model": dict, "ddp": dict, "ranks": list, "memory": list, "strategy_config": dict,
+             "model": dict, "ddp": dict, "ranks": list, "memory": (list, dict), "strategy_config": dict,
              "command": list, "created": str, "run_id": str, "finished": bool}
     for key, typ in typed.items():
         if key in meta and meta[key] is not None and not isinstance(meta[key], typ):
-            problems.append(f"run.json: {key} is {type(meta[key]).__name__}, expected {typ.__name__}; ignored")
+            want = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            problems.append(f"run.json: {key} is {type(meta[key]).__name__}, expected {want}; ignored")
             del meta[key]
     if isinstance(meta.get("name"), str) and (len(meta["name"]) > 200 or "\n" in meta["name"]):
         meta["name"] = meta["name"].replace("\n", " ")[:200]
@@ -125,7 +129,8 @@ def conform(table: pa.Table, schema: pa.Schema, defaults: dict) -> tuple[pa.Tabl
             if fld.name in REQUIRED_COLUMNS and schema.names[0] == "step":
                 raise StreamError(f"required column '{fld.name}' is missing")
             cols.append(pa.array([defaults.get(fld.name)] * n, type=fld.type))
-            bad[f"missing:{fld.name}"] = np.ones(n, bool)   # counted: the numbers use a default
+            if fld.name not in COMPAT_COLUMNS:
+                bad[f"missing:{fld.name}"] = np.ones(n, bool)   # counted: the numbers use a default
             continue
         col = table.column(fld.name)
         arr, mask = _cast(col, fld.type, fld.name)

@@ -120,7 +120,8 @@ def new_meta(name: str, world_size: int, **fields) -> dict:
 
 def write_run(run_dir: str | os.PathLike, meta: Mapping[str, Any],
               steps_by_rank: Mapping[int, Iterable[Mapping[str, Iterable]]],
-              layouts_by_rank: Mapping[int, Iterable[Mapping[str, Iterable]]] | None = None) -> Path:
+              layouts_by_rank: Mapping[int, Iterable[Mapping[str, Iterable]]] | None = None,
+              finished: bool = True) -> Path:
     """Write a whole run at once (simulator, synthetic fixtures): per rank, a list of per-step
     column dicts (or record batches) and optionally layout versions."""
     run_dir = Path(run_dir)
@@ -133,6 +134,6 @@ def write_run(run_dir: str | os.PathLike, meta: Mapping[str, Any],
             w.write_layout(layout)
         w.close()
     meta = dict(meta)
-    meta.setdefault("finished", True)
+    meta["finished"] = finished     # every stream was closed: a whole run (new_meta starts at False)
     write_json_atomic(run_dir / S.RUN_FILE, meta)
     return run_dir
