@@ -4,6 +4,8 @@ bootstrap's ``torch.distributed.elastic.multiprocessing.errors.record`` wrapper 
 exception). Ranks torchrun killed after the first failure (exit −15) are not the cause."""
 from __future__ import annotations
 
+import re
+import signal
 from pathlib import Path
 
 
@@ -17,7 +19,6 @@ def _reason(f) -> str:
         return text.splitlines()[0][:240]
     code = getattr(f, "exitcode", None)
     if isinstance(code, int) and code < 0:
-        import signal
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
@@ -25,17 +26,30 @@ def _reason(f) -> str:
     return f"exit code {code}"
 
 
+# An exception like these is usually the consequence of a peer that died first (gloo/NCCL
+# report a closed connection or a timeout on every surviving rank).
+_CONSEQUENCE = re.compile(r"Connection (closed|reset)|DistBackendError|ProcessGroup|[Gg]loo|NCCL|[Tt]imed out|"
+                          r"Broken pipe|peer")
+
+
 def first_failure(failures: dict) -> tuple[int, object] | None:
-    """(rank, failure) of the cause: earliest timestamp among ranks that failed on their own (an
-    exception or a non-zero exit), before ranks killed by a signal; ties → the lowest rank."""
+    """(rank, failure) of the cause. Ranked: a rank's own exception or a death by a signal other
+    than SIGTERM/SIGINT (SIGKILL from the OOM killer, SIGSEGV, ...) first; then communication
+    errors (the consequence of a dead peer); last the ranks torchrun terminated (SIGTERM) after
+    the first failure. Within a rank class: earliest timestamp (seconds), then the lowest rank."""
     if not failures:
         return None
 
     def key(item):
         rank, f = item
         code = getattr(f, "exitcode", 0)
-        killed = isinstance(code, int) and code < 0 and not (getattr(f, "message", "") and _has_message(f))
-        return (killed, getattr(f, "timestamp", 0) or 0, rank)
+        if _has_message(f):
+            cls = 1 if _CONSEQUENCE.search(_reason(f)) else 0
+        elif isinstance(code, int) and -code in (signal.SIGTERM, signal.SIGINT):
+            cls = 2
+        else:
+            cls = 0
+        return (cls, getattr(f, "timestamp", 0) or 0, rank)
     return min(failures.items(), key=key)
 
 
