@@ -28,6 +28,6 @@ def test_line_offers_summary_only_with_complete_steps(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     line = failure_line(f, "", empty)
-    assert "rank 1 failed first: ValueError: boom" in line and "No complete step" in line and "summary" not in line
+    assert "rank 1 failed first: ValueError: boom" in line and "No complete step" in line and "syncviz summary" not in line
     run = make_ddp_run(tmp_path / "r")
     assert "3 complete steps kept" in failure_line(f, "", run) and f"syncviz summary {run}" in failure_line(f, "", run)
