@@ -108,8 +108,10 @@ def advise_command(run_dir, caps, world_size, link_name, as_json, k_bytes):
 
     from syncviz.trace import load_run, warn_problems
     caps = parse_caps(caps)
-    if world_size is not None and not 1 <= world_size <= 1 << 20:
-        raise click.BadParameter("world size must be 1..1048576", param_hint="--world-size")
+    if world_size is not None and world_size < 1:
+        raise click.BadParameter("world size must be >= 1", param_hint="--world-size")
+    if world_size is not None and world_size > 1 << 20:
+        raise click.BadParameter("world size must be <= 1048576", param_hint="--world-size")
     run = load_run(run_dir)
     warn_problems(run)
     try:
