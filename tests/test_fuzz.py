@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 from collections import Counter
 
@@ -82,7 +83,8 @@ def dashboard_outcome(root, name) -> str:
     try:
         _, _, problems = RunStore(root).summary(name)
     except TraceError as e:
-        return "INTERNAL ERROR" if ": cannot read (" in str(e) else "error"
+        # the store's last line of defence reads "<name>: cannot read (SomeError: ...)"
+        return "INTERNAL ERROR" if re.search(r"cannot read \([A-Za-z]+: ", str(e)) else "error"
     except Exception:   # noqa: BLE001 - anything else escaping the store is a failure
         return "TRACEBACK"
     return "warned" if problems else "clean"
