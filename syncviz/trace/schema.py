@@ -2,7 +2,9 @@
 
 Every stage (record, model/simulate, analysis, views) imports this module and nothing else of the
 others' internals. A run is a directory with ``run.json``, one ``rank-<r>.arrow`` Arrow IPC stream
-per rank (one record batch per flushed step) and ``layout-<r>.arrow`` (bucket → parameters).
+per rank (one record batch per flushed step) and ``layout-<r>.arrow`` (bucket → parameters); while
+``syncviz trace`` runs, ``inflight-<r>.json`` (each rank's unfinished collectives, removed at the
+end) and, after a detected hang, ``hang.json`` (who was stuck in what).
 """
 from __future__ import annotations
 
@@ -187,4 +189,5 @@ RUN_KEYS = {
     "simulated": "cost-model parameters when engine == simulated (optional)",
     "grad_values": "{elements: K, files: 'grads-<rank>.arrow'} when gradient values were recorded "
                    "(--grad-values; optional, see GRADS_SCHEMA)",
+    "gathered_ranks": "ranks of other nodes whose files rank 0 received through torchrun's store (optional)",
 }
