@@ -141,8 +141,9 @@ def _wrap(name: str, orig, describe):
         except (TypeError, AttributeError, IndexError):   # a call torch will reject: let torch say why
             return orig(*args, **kwargs)
         launch = rec.now()
+        bucket = rec.current_bucket
         _TLS.busy = True
-        rec.calling(op, name, nbytes, launch)
+        rec.calling(op, name, nbytes, launch, bucket)
         try:
             work = orig(*args, **kwargs)
             returned = rec.now()
@@ -160,7 +161,7 @@ def _wrap(name: str, orig, describe):
         # the step and (phase "") the compute phase it fell in are set at the step boundary
         row = CollectiveCall(S.COLLECTIVE, label, op, max(rec.micro, 0), launch, nbytes,
                              S.dtype_name(None if tensor is None else tensor.dtype), size,
-                             bucket=rec.current_bucket)
+                             bucket=bucket)
         if coalesced:
             _COALESCED.setdefault(id(resolved), []).append(row)
         elif async_op and work is not None:

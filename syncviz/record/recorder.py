@@ -139,10 +139,10 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._collectives.append(call)
         return call
 
-    def calling(self, op: str, name: str, nbytes: int, launch: int) -> None:
+    def calling(self, op: str, name: str, nbytes: int, launch: int, bucket: int = -1) -> None:
         """A collective is being called in this thread (a blocking one returns only when every
         rank joined it): what inflight() reports while the call has not returned."""
-        self._in_call[threading.get_ident()] = (op, name, nbytes, self.current_bucket, launch)
+        self._in_call[threading.get_ident()] = (op, name, nbytes, bucket, launch)
 
     def returned(self) -> None:
         self._in_call.pop(threading.get_ident(), None)
