@@ -17,6 +17,12 @@ def test_ranks_terminated_by_torchrun_are_not_the_cause():
     assert first_failure(f)[0] == 1
 
 
+def test_a_rank_recording_its_sigterm_is_not_the_cause():
+    f = {0: F(exitcode=1, timestamp=100, message="Signal 15 (SIGTERM) received by PID 6395"),
+         1: F(exitcode=-9, timestamp=100, message="<N/A>")}
+    assert first_failure(f)[0] == 1
+
+
 def test_earliest_own_exception_wins():
     f = {0: F(exitcode=1, timestamp=105, message="ValueError: late"),
          1: F(exitcode=1, timestamp=101, message="KeyError: 'x'")}

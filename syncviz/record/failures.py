@@ -32,6 +32,10 @@ _CONSEQUENCE = re.compile(r"Connection (closed|reset)|DistBackendError|ProcessGr
                           r"Broken pipe|peer")
 
 
+# What a rank stopped by torchrun records (SignalException): "Signal 15 (SIGTERM) received by PID 6395".
+_TERMINATED = re.compile(r"(\w+: )?Signal \d+ \(SIG(TERM|INT|HUP)\) received")
+
+
 def first_failure(failures: dict) -> tuple[int, object] | None:
     """(rank, failure) of the cause. Ranked: a rank's own exception or a death by a signal other
     than SIGTERM/SIGINT (SIGKILL from the OOM killer, SIGSEGV, ...) first; then communication
@@ -43,7 +47,9 @@ def first_failure(failures: dict) -> tuple[int, object] | None:
     def key(item):
         rank, f = item
         code = getattr(f, "exitcode", 0)
-        if _has_message(f):
+        if _has_message(f) and _TERMINATED.match(_reason(f)):
+            cls = 2          # the rank's own record of torchrun stopping it
+        elif _has_message(f):
             cls = 1 if _CONSEQUENCE.search(_reason(f)) else 0
         elif isinstance(code, int) and -code in (signal.SIGTERM, signal.SIGINT):
             cls = 2
