@@ -83,9 +83,13 @@ def failure_line(failures: dict, text: str, out: Path) -> str:
     else:
         rank, f = first
         others = sorted(r for r in failures if r != rank)
+        same = [r for r in others if _reason(failures[r]) == _reason(f)]
+        rest = [r for r in others if r not in same]
         what = f"rank {rank} failed first: {_reason(f)}"
-        if others:
-            what += f" (then rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others[:8]))} stopped)"
+        notes = ([f"rank{'s' if len(same) > 1 else ''} {', '.join(map(str, same[:8]))} failed the same way"] if same else []) \
+            + ([f"then rank{'s' if len(rest) > 1 else ''} {', '.join(map(str, rest[:8]))} stopped"] if rest else [])
+        if notes:
+            what += f" ({'; '.join(notes)})"
     n = steps_kept(out)
     if n:
         return f"training failed: {what}. {n} complete steps kept in {out} (see: syncviz summary {out})"
