@@ -38,6 +38,7 @@ BLOCKING = S.BLOCKING
 _REC = None                 # the recorder rows go to (None: every wrapper is a pass-through)
 _ORIG: dict[tuple[object, str], object] = {}
 _TLS = threading.local()    # .busy: inside a recorded call (nested public calls are not recorded)
+_IN_CALL: dict[int, tuple] = {}   # thread id → the collective it is calling (see in_call)
 _PENDING: dict[int, tuple[object, CollectiveCall]] = {}    # id(work) → (work, call) for works without a future
 
 
@@ -143,13 +144,14 @@ def _wrap(name: str, orig, describe):
         launch = rec.now()
         bucket = rec.current_bucket
         _TLS.busy = True
-        rec.calling(op, name, nbytes, launch, bucket)
+        me = threading.get_ident()
+        _IN_CALL[me] = (op, name, nbytes, bucket, launch)   # what the hang watchdog sees while we wait
         try:
             work = orig(*args, **kwargs)
             returned = rec.now()
         finally:
             _TLS.busy = False
-            rec.returned()
+            _IN_CALL.pop(me, None)
         resolved = group or c10d._get_default_group()
         size = resolved.size()
         label = name
@@ -176,6 +178,12 @@ def _wrap(name: str, orig, describe):
     collective.__doc__ = getattr(orig, "__doc__", None)
     collective.__wrapped__ = orig
     return collective
+
+
+def in_call() -> list[tuple]:
+    """(op, name, bytes, bucket, launch ns) of the collectives being called right now, any thread
+    (a blocking call returns only once every rank joined it): for the hang watchdog."""
+    return list(_IN_CALL.values())
 
 
 def _on_completion(work, row: CollectiveCall, rec) -> None:

@@ -30,6 +30,11 @@ def _store():
                          timeout=timedelta(seconds=WAIT_S))
 
 
+def _files(rank: int) -> tuple[str, ...]:
+    """A rank's files in a run directory (grads-<r>.arrow only with --grad-values)."""
+    return (S.rank_file(rank), S.layout_file(rank), S.grads_file(rank))
+
+
 class Gather:
     def __init__(self, rec):
         self.rec = rec
@@ -58,7 +63,7 @@ class Gather:
             print(f"[syncviz] rank {rec.rank}: gathering trace files to node 0 failed: {e}", file=sys.stderr)
 
     def _send(self, out: Path, rank: int) -> None:
-        for name in (S.rank_file(rank), S.layout_file(rank)):
+        for name in _files(rank):
             p = out / name
             if p.exists():
                 self.store.set(self.prefix + f"file-{rank}-{name}", p.read_bytes())
@@ -71,7 +76,7 @@ class Gather:
                 remote.append(r)
         for r in remote:
             self.store.wait([self.prefix + f"sent-{r}"], timedelta(seconds=WAIT_S))
-            for name in (S.rank_file(r), S.layout_file(r)):
+            for name in _files(r):
                 key = self.prefix + f"file-{r}-{name}"
                 if self.store.check([key]):
                     tmp = out / f".tmp-{name}"

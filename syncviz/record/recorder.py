@@ -87,7 +87,6 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self.closed = False
         self._last_meta_write = 0.0
         self.observed: dict[str, Any] = {}      # what ran, as seen (discover.name_strategy names it)
-        self._in_call: dict[int, tuple] = {}    # thread id → collective being called (hang forensics)
         self._init_phases()
         self._discovery = RootDiscovery(self)   # the model's root module(s) when no wrapper says
 
@@ -139,30 +138,13 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._collectives.append(call)
         return call
 
-    def calling(self, op: str, name: str, nbytes: int, launch: int, bucket: int = -1) -> None:
-        """A collective is being called in this thread (a blocking one returns only when every
-        rank joined it): what inflight() reports while the call has not returned."""
-        self._in_call[threading.get_ident()] = (op, name, nbytes, bucket, launch)
-
-    def returned(self) -> None:
-        self._in_call.pop(threading.get_ident(), None)
-
     def inflight(self) -> dict:
-        """This rank's current step and its unfinished communication (collectives in a call,
-        launched async collectives and DDP buckets not done), for the hang watchdog. Safe to call
-        from another thread: it copies the lists (atomic under the GIL) and only reads."""
-        now = self.now()
-        calls = [{"op": op, "name": name, "bytes": nb, "bucket": b, "launch_ns": t, "state": "in call"}
-                 for op, name, nb, b, t in list(self._in_call.values())]
-        calls += [{"op": c.op, "name": c.name, "bytes": c.nbytes, "bucket": c.bucket, "launch_ns": c.launch,
-                   "state": "launched, not done"} for c in list(self._collectives) if c.done < 0]
-        calls += [{"op": "all_reduce", "name": f"bucket {b.index} ({b.hook})", "bytes": b.nbytes, "bucket": b.index,
-                   "launch_ns": b.launch, "state": "bucket launched, not done"}
-                  for b in list(self._buckets) if b.done < 0]
-        for c in calls:
-            c["age_s"] = round(max(0, now - c["launch_ns"]) / 1e9, 1)
-        return {"rank": self.rank, "pid": os.getpid(), "step": self.step, "micro": self.micro,
-                "steps_written": self._writer.steps_written if self._writer else 0, "inflight": calls}
+        """This step's unfinished communication for the hang watchdog (record/watchdog.py); any
+        thread may call it: it copies the lists (atomic under the GIL) and only reads."""
+        return {"step": self.step, "micro": self.micro, "now": self.now(),
+                "steps_written": self._writer.steps_written if self._writer else 0,
+                "collectives": [c for c in list(self._collectives) if c.done < 0],
+                "buckets": [b for b in list(self._buckets) if b.done < 0]}
 
     def add_phase(self, kind: str, name: str, start: int, end: int, depth: int = -1) -> None:
         """A compute interval reported by an engine that has no hooks of its own (aligned ns)."""

@@ -9,6 +9,7 @@ its rank is stuck (which is the point)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from pathlib import Path
 
@@ -37,9 +38,24 @@ class Watchdog:
         return (state["step"], state["micro"], state["steps_written"],
                 tuple((c["op"], c["name"], c["bytes"], c["bucket"], c["launch_ns"]) for c in state["inflight"]))
 
+    def state(self) -> dict:
+        """This rank's step and unfinished communication: collectives being called (a blocking
+        gloo call waits inside), launched async collectives and DDP buckets not done."""
+        from syncviz.record import collectives
+        s = self.rec.inflight()
+        now = s["now"]
+        calls = [(op, name, nb, b, t, "in call") for op, name, nb, b, t in collectives.in_call()]
+        calls += [(c.op, c.name, c.nbytes, c.bucket, c.launch, "launched, not done") for c in s["collectives"]]
+        calls += [("all_reduce", f"bucket {b.index} ({b.hook})", b.nbytes, b.index, b.launch, "bucket launched, not done")
+                  for b in s["buckets"]]
+        return {"rank": self.rec.rank, "pid": os.getpid(), "step": s["step"], "micro": s["micro"],
+                "steps_written": s["steps_written"],
+                "inflight": [{"op": op, "name": name, "bytes": nb, "bucket": b, "launch_ns": t, "state": st,
+                              "age_s": round(max(0, now - t) / 1e9, 1)} for op, name, nb, b, t, st in calls]}
+
     def poll(self) -> bool:
         """Write the state when it changed; True when written."""
-        state = self.rec.inflight()
+        state = self.state()
         key = self._key(state)
         if key == self._last:
             return False
