@@ -183,6 +183,7 @@ def invalid_rows(table: pa.Table, bad: dict[str, np.ndarray]) -> tuple[np.ndarra
         ("null or non-numeric required value", np.logical_or.reduce(
             [bad[c] for c in REQUIRED_COLUMNS if c in bad] or [np.zeros(n, bool)])),
         ("unknown kind", ~np.isin(kind, S.KINDS)),
+        ("bucket row without a bucket index", (kind == S.BUCKET) & (table.column("bucket").to_numpy() < 0)),
         ("negative or huge step", (col["step"] < 0) | (col["step"] > MAX_STEP)),
         ("no start time", col["start_ns"] < 0),
         ("time out of range", (col["start_ns"] > MAX_TIME_NS) | (col["end_ns"] > MAX_TIME_NS)
