@@ -115,7 +115,11 @@ def event_times(run) -> Counter:
     ev = run.events
     ev = ev[ev["kind"].isin(S.COMPUTE_KINDS + S.COMM_KINDS + (S.STEP,))
             & (ev["start_ns"] >= 0) & (ev["end_ns"] >= ev["start_ns"])]
-    return Counter((int(r.rank) + 1, str(r.kind), int(r.start_ns), int(r.end_ns - r.start_ns))
+    # a collective's slice is its comm interval [launch, done] (a bucket's hook entry can come
+    # earlier: DDP scales the bucket by 1/N before the all_reduce call)
+    def start(r):
+        return int(r.launch_ns) if str(r.kind) in S.COMM_KINDS and r.launch_ns >= r.start_ns else int(r.start_ns)
+    return Counter((int(r.rank) + 1, str(r.kind), start(r), int(r.end_ns - start(r)))
                    for r in ev.itertuples())
 
 
