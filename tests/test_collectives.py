@@ -94,11 +94,9 @@ def _worker(rank: int, n: int, out: str, store: str) -> None:
     finally:
         rec.close()
         dist.destroy_process_group()
-        # as syncviz's bootstrap does after a traced script: free the reference cycles (works,
-        # futures, the process group) while Python is fully alive; left to interpreter teardown,
-        # gloo's threads abort the process now and then (SIGABRT seen once in a full CI run)
-        import gc
-        gc.collect()
+        # as syncviz's bootstrap does after a traced script (syncviz/record/quiesce.py says why)
+        from syncviz.record.quiesce import quiesce
+        quiesce()
 
 
 @pytest.fixture(scope="module")

@@ -146,6 +146,8 @@ def _ddp_rank(rank, world, port, run_dir, first, last, steps):
         Path(run_dir, f"step-times-{rank}.json").write_text(json.dumps(times))
     finally:
         dist.destroy_process_group()
+        from syncviz.record.quiesce import quiesce
+        quiesce()   # gloo's threads may still hold Python objects (syncviz/record/quiesce.py)
 
 
 def profile_ddp(run_dir: Path, first=3, last=4, steps=10, world=2) -> list[list]:

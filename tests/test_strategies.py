@@ -39,7 +39,7 @@ def runs(tmp_path_factory):
     def get(strategy):
         if strategy not in cache:
             d = root / strategy
-            d.mkdir()
+            d.mkdir(exist_ok=True)    # a failed first attempt must fail again with its own error
             args = [*WORKLOAD, "--strategy", strategy]
             _run(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                   "-m", "syncviz.workloads", *args, "--save-params", str(d / "plain.pt")], d)

@@ -109,6 +109,8 @@ def _worker(rank, world, tmp):
         _traced(f"{tmp}/run-{strategy}", strategy, rank)
     torch.save(out, f"{tmp}/rank{rank}.pt")
     dist.destroy_process_group()
+    from syncviz.record.quiesce import quiesce
+    quiesce()       # gloo's threads may still hold Python objects (syncviz/record/quiesce.py)
 
 
 @pytest.fixture(scope="module")

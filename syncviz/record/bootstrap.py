@@ -60,12 +60,11 @@ def main() -> None:
         sys.exit(130)
     finally:
         rec.close(finished=finished)
-        # Free what the script left in reference cycles (models, process groups, works) now,
-        # while Python is fully alive: left to interpreter teardown, gloo's threads may release
-        # Python objects after finalization began, which aborts the process ("terminate called
-        # without an active exception") after a perfectly good run.
-        import gc
-        gc.collect()
+        # A script that ends right after its last collective can leave gloo's worker threads still
+        # releasing Python objects; if finalization starts first the rank aborts ("terminate called
+        # without an active exception") after a perfectly good run. quiesce.py has the evidence.
+        from syncviz.record.quiesce import quiesce
+        quiesce()
 
 
 def _main_recorded() -> None:

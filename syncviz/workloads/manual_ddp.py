@@ -202,6 +202,8 @@ def main(argv=None) -> None:
                 sys.exit(1)   # on 2 ranks the manual loop must equal DDP bit for bit
     finally:
         dist.destroy_process_group()
+        from syncviz.record.quiesce import quiesce
+        quiesce()     # let gloo's threads release Python objects before teardown (see quiesce.py)
 
 
 if __name__ == "__main__":

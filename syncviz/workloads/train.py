@@ -201,6 +201,8 @@ def main(argv=None) -> None:
         train(cfg)
     finally:
         dist.destroy_process_group()
+        from syncviz.record.quiesce import quiesce
+        quiesce()     # let gloo's threads release Python objects before teardown (see quiesce.py)
 
 
 if __name__ == "__main__":

@@ -61,3 +61,7 @@ for step in range(a.steps):
 if a.save and rank == 0:
     torch.save(model.module.state_dict(), a.save)
 dist.destroy_process_group()
+# Run plainly (the untraced half of a bitwise comparison) this script must also survive torch's
+# exit race; `syncviz trace` does the same for every traced script (syncviz/record/quiesce.py).
+from syncviz.record.quiesce import quiesce  # noqa: E402
+quiesce()
