@@ -1,58 +1,202 @@
-"""Step time traced vs untraced (and vs torch.profiler), 2 CPU ranks, GPT-2 small shapes.
+"""Tracing overhead on user-style DDP scripts: syncviz, torch.profiler and TraceML, each against
+plain torchrun, side by side in one run, with 95% confidence intervals.
 
-Runs plain torchrun, `syncviz trace` and torchrun with torch.profiler on, interleaved (A B C A B C
-...) so machine noise hits all three alike, and prints the ratio of median step times.
+    python benchmarks/overhead.py                          # every case, every tool, 20 rounds
+    python benchmarks/overhead.py --cases short-steps --rounds 40 --tools syncviz
 
-    python benchmarks/overhead.py [--preset small] [--rounds 3] [--steps 6]
+Design, because this 2-core machine is noisy (separate launches, plain against plain, differed by
+0.65x to 1.9x under load, and by up to 22% on a quiet machine):
+- Every tool's job (and a second plain job) is started once per case and stays alive; after its
+  warm-up it waits on a FIFO. A round gives each job one block of `--steps` steps, in a shuffled
+  order, one job at a time, so the blocks of one round are seconds apart and process start-up is
+  never timed. The first round is dropped.
+- A tool's ratio in a round is its block's median step time over the plain job's block of the same
+  round: the pairing cancels drift between rounds (other load, frequency changes).
+- The ratios of all rounds give a geometric mean and a 95% t-interval on their logarithms.
+- "plain again / plain" is an A/A test: its interval shows the resolution reached. If it does not
+  contain 1.000, or is wider than the effect you want to see, run more rounds.
+- Wall time and process CPU time (rank 0, every thread, gloo's included) are both reported: CPU
+  time is less disturbed by other processes and shows work added even where it overlaps.
+- Caveat: idle jobs are not quite idle (syncviz's watchdog wakes once a second; TraceML's
+  aggregator samples every 2 s), which adds the same small noise to every tool's blocks.
+TraceML (`pip install traceml-ai`) runs under `traceml run` with its trace_step wrapper; it is
+skipped with a note when not installed.
 """
 import argparse
+import json
+import math
 import os
-import re
+import random
+import select
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from pathlib import Path
 
-STEP = re.compile(r"^step\s+(\d+)\s+loss\s+\S+\s+([\d.]+) ms", re.M)
+SCRIPT = Path(__file__).with_name("overhead_script.py")
+CASES = ("many-params", "short-steps", "large-buckets", "accumulation", "gpt2-small")
+TOOLS = ("syncviz", "torch.profiler", "traceml")
+RANKS = (0, 1)
+# two-sided 95% Student t quantiles by degrees of freedom (no scipy needed)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
-def run(kind, args, out):
-    base = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    if kind == "syncviz":
-        base = [sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", "2", "--quiet", "--overwrite",
-                "--out", out]
-    cmd = base + ["-m", "syncviz.workloads", *args] + (["--torch-profiler"] if kind == "profiler" else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if p.returncode != 0:
-        sys.exit(f"{kind} run failed:\n{p.stderr[-2000:]}")
-    return [(int(s), float(ms)) for s, ms in STEP.findall(p.stdout)]
+def t95(df: int) -> float:
+    return T95.get(df) or T95[max(k for k in T95 if k <= df)] if df >= 1 else float("nan")
+
+
+def command(tool: str, case: str, a, out: Path, work: Path) -> list[str]:
+    script = [str(SCRIPT), "--case", case, "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out)]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    if tool in ("plain", "plain again"):
+        return torchrun + script
+    if tool == "torch.profiler":
+        return torchrun + script + ["--torch-profiler"]
+    if tool == "syncviz":
+        return [sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "2", "--quiet",
+                "--overwrite", "--out", str(work / "syncviz-run")] + script
+    if tool == "traceml":
+        shutil.rmtree(work / "traceml-logs", ignore_errors=True)
+        return [shutil.which("traceml") or "traceml", "run", str(SCRIPT), "--nproc-per-node", "2", "--mode", "summary",
+                "--logs-dir", str(work / "traceml-logs"), "--args", *script[1:], "--traceml"]
+    raise ValueError(tool)
+
+
+class Job:
+    """One tool's job on one case, alive for the whole case; it runs a block of steps per "go"."""
+
+    def __init__(self, tool: str, case: str, a, work: Path):
+        self.tool = tool
+        self.dir = work / tool.replace(" ", "-").replace(".", "-")
+        gate = self.dir / "gate"
+        gate.mkdir(parents=True)
+        for r in RANKS:
+            os.mkfifo(gate / f"go-{r}")
+            os.mkfifo(gate / f"done-{r}")
+        self.out = self.dir / "times.json"
+        self.log = open(self.dir / "log.txt", "w")
+        cmd = command(tool, case, a, self.out, self.dir) + ["--gate", str(gate)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=self.dir)
+        self.done = [os.open(gate / f"done-{r}", os.O_RDONLY | os.O_NONBLOCK) for r in RANKS]
+        self.go = [self._open_writer(gate / f"go-{r}", a.timeout) for r in RANKS]
+
+    def _fail(self, what: str):
+        self.proc.kill()
+        self.log.flush()
+        tail = (self.dir / "log.txt").read_text()[-1500:]
+        sys.exit(f"overhead: {self.tool} {what} (exit {self.proc.poll()}):\n{tail}")
+
+    def _open_writer(self, fifo: Path, timeout: float) -> int:
+        end = time.monotonic() + timeout
+        while True:       # a FIFO opens for writing once the rank opened it for reading
+            try:
+                return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    self._fail("never reached its first block")
+                time.sleep(0.05)
+
+    def block(self, timeout: float) -> None:
+        for fd in self.go:
+            os.write(fd, b"go\n")
+        for fd in self.done:
+            end = time.monotonic() + timeout
+            while True:
+                select.select([fd], [], [], 1.0)
+                if os.read(fd, 64):
+                    break
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    self._fail("did not finish a block")
+                time.sleep(0.001)      # EOF before the rank opened its end: poll again
+
+    def finish(self, timeout: float) -> list:
+        for fd in self.go:
+            os.close(fd)               # EOF: the script leaves its loop, writes its times, exits
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._fail("did not exit")
+        for fd in self.done:
+            os.close(fd)
+        if not self.out.exists():
+            self._fail("wrote no step times")
+        return json.loads(self.out.read_text())["blocks"]
+
+
+def measure(case: str, tools: list[str], a, work: Path, rng) -> dict:
+    """tool -> [(median wall s, median CPU s) per round], the first (warm-up) round dropped"""
+    jobs = {t: Job(t, case, a, work / case) for t in ["plain", "plain again", *tools]}
+    for r in range(a.rounds + 1):
+        order = list(jobs)
+        rng.shuffle(order)
+        for tool in order:
+            jobs[tool].block(a.timeout)
+        if r:
+            print(f"{case:14s} round {r}/{a.rounds}", flush=True)
+    out = {}
+    for tool, job in jobs.items():
+        blocks = job.finish(a.timeout)[1:]
+        out[tool] = [(statistics.median(w for w, _ in b), statistics.median(c for _, c in b)) for b in blocks]
+    return out
+
+
+def interval(ratios: list[float]) -> tuple[float, float, float]:
+    """geometric mean and 95% t-interval of paired ratios"""
+    logs = [math.log(r) for r in ratios]
+    m = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(m), float("nan"), float("nan")
+    h = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(m), math.exp(m - h), math.exp(m + h)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="small")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--warmup", type=int, default=2, help="steps dropped from each run")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=64)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {', '.join(TOOLS)}")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=10, help="steps per block (gpt2-small: a tenth, at least 2)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--timeout", type=int, default=900, help="seconds a job may take to start or to run a block")
+    ap.add_argument("--json", help="also write every round's figures here")
     a = ap.parse_args()
-    args = ["--preset", a.preset, "--steps", str(a.steps), "--batch", str(a.batch), "--seq", str(a.seq)]
-    times = {"plain": [], "syncviz": [], "profiler": []}
+    cases = [c for c in a.cases.split(",") if c]
+    tools = [t for t in a.tools.split(",") if t]
+    for bad in [c for c in cases if c not in CASES] + [t for t in tools if t not in TOOLS]:
+        sys.exit(f"overhead: unknown case or tool {bad!r}")
+    if "traceml" in tools and shutil.which("traceml") is None:
+        print("overhead: TraceML is not installed (pip install traceml-ai): skipped", flush=True)
+        tools.remove("traceml")
+    if a.rounds < 2:
+        sys.exit("overhead: --rounds must be >= 2 for an interval")
+    rng = random.Random(0)
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(a.rounds):
-            for kind in times:
-                steps = run(kind, args, os.path.join(tmp, "run"))
-                times[kind] += [ms for s, ms in steps if s >= a.warmup]
-                print(f"round {r + 1}/{a.rounds} {kind:9s} median step {statistics.median(times[kind]):9.1f} ms",
-                      flush=True)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\npreset {a.preset}, 2 ranks (gloo), batch {a.batch}x{a.seq} tokens, {a.rounds} interleaved rounds "
-          f"x {a.steps - a.warmup} measured steps")
-    for k, v in med.items():
-        print(f"  {k:9s} median step {v:9.1f} ms   ratio to plain {v / med['plain']:.3f}")
-    print(f"syncviz overhead ratio: {med['syncviz'] / med['plain']:.3f} (target <= 1.02); "
-          f"torch.profiler: {med['profiler'] / med['plain']:.3f}")
+        for case in cases:
+            steps = a.steps
+            if case == "gpt2-small":
+                a.steps = max(2, steps // 10)
+            results[case] = measure(case, tools, a, Path(tmp), rng)
+            a.steps = steps
+    print(f"\n2 gloo ranks, 1 thread each, {a.rounds} rounds x {a.steps} measured steps "
+          f"(gpt2-small: {max(2, a.steps // 10)}); ratio = tool / plain of the same round, geometric mean [95% CI]")
+    print(f"{'case':14s} {'plain ms':>9s}  {'tool':15s} {'wall ratio':>26s} {'CPU ratio':>26s}")
+    for case, per in results.items():
+        plain = per["plain"]
+        ms = 1e3 * statistics.median(w for w, _ in plain)
+        for tool in [t for t in per if t != "plain"]:
+            w = interval([x[0] / p[0] for x, p in zip(per[tool], plain)])
+            c = interval([x[1] / p[1] for x, p in zip(per[tool], plain)])
+            print(f"{case:14s} {ms:9.2f}  {tool:15s} {w[0]:8.3f} [{w[1]:.3f}, {w[2]:.3f}]    "
+                  f"{c[0]:8.3f} [{c[1]:.3f}, {c[2]:.3f}]")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"rounds": a.rounds, "steps": a.steps, "results": results}, indent=1))
 
 
 if __name__ == "__main__":
