@@ -56,7 +56,7 @@ def command(tool: str, case: str, a, out: Path, work: Path) -> list[str]:
         return torchrun + script
     if tool == "torch.profiler":
         return torchrun + script + ["--torch-profiler"]
-    if tool == "syncviz":
+    if tool.startswith("syncviz"):         # "syncviz" or "syncviz@<checkout>" (--compare)
         return [sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "2", "--quiet",
                 "--overwrite", "--out", str(work / "syncviz-run")] + script
     if tool == "traceml":
@@ -71,7 +71,7 @@ class Job:
 
     def __init__(self, tool: str, case: str, a, work: Path):
         self.tool = tool
-        self.dir = work / tool.replace(" ", "-").replace(".", "-")
+        self.dir = work / ("syncviz-compare" if "@" in tool else tool.replace(" ", "-").replace(".", "-"))
         gate = self.dir / "gate"
         gate.mkdir(parents=True)
         for r in RANKS:
@@ -81,6 +81,8 @@ class Job:
         self.log = open(self.dir / "log.txt", "w")
         cmd = command(tool, case, a, self.out, self.dir) + ["--gate", str(gate)]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if tool.startswith("syncviz@"):      # another checkout's syncviz, imported first
+            env["PYTHONPATH"] = os.pathsep.join([tool.split("@", 1)[1], env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=self.dir)
         self.done = [os.open(gate / f"done-{r}", os.O_RDONLY | os.O_NONBLOCK) for r in RANKS]
         self.go = [self._open_writer(gate / f"go-{r}", a.timeout) for r in RANKS]
@@ -164,6 +166,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="steps per block (gpt2-small: a tenth, at least 2)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900, help="seconds a job may take to start or to run a block")
+    ap.add_argument("--compare", metavar="CHECKOUT", help="also trace with the syncviz of another checkout "
+                    "(e.g. a `git worktree` of main), side by side: shows what a change did to the overhead")
     ap.add_argument("--json", help="also write every round's figures here")
     a = ap.parse_args()
     cases = [c for c in a.cases.split(",") if c]
@@ -173,6 +177,10 @@ def main():
     if "traceml" in tools and shutil.which("traceml") is None:
         print("overhead: TraceML is not installed (pip install traceml-ai): skipped", flush=True)
         tools.remove("traceml")
+    if a.compare:
+        if not (Path(a.compare) / "syncviz" / "__init__.py").exists():
+            sys.exit(f"overhead: --compare {a.compare}: not a syncviz checkout")
+        tools.append("syncviz@" + str(Path(a.compare).resolve()))
     if a.rounds < 2:
         sys.exit("overhead: --rounds must be >= 2 for an interval")
     rng = random.Random(0)
@@ -193,8 +201,16 @@ def main():
         for tool in [t for t in per if t != "plain"]:
             w = interval([x[0] / p[0] for x, p in zip(per[tool], plain)])
             c = interval([x[1] / p[1] for x, p in zip(per[tool], plain)])
-            print(f"{case:14s} {ms:9.2f}  {tool:15s} {w[0]:8.3f} [{w[1]:.3f}, {w[2]:.3f}]    "
+            label = "syncviz@compare" if "@" in tool else tool
+            print(f"{case:14s} {ms:9.2f}  {label:15s} {w[0]:8.3f} [{w[1]:.3f}, {w[2]:.3f}]    "
                   f"{c[0]:8.3f} [{c[1]:.3f}, {c[2]:.3f}]")
+    for case, per in results.items():
+        old = next((t for t in per if "@" in t), None)
+        if old and "syncviz" in per:
+            w = interval([x[0] / p[0] for x, p in zip(per["syncviz"], per[old])])
+            c = interval([x[1] / p[1] for x, p in zip(per["syncviz"], per[old])])
+            print(f"{case:14s} this syncviz / --compare's: wall {w[0]:.3f} [{w[1]:.3f}, {w[2]:.3f}]   "
+                  f"CPU {c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]")
     if a.json:
         Path(a.json).write_text(json.dumps({"rounds": a.rounds, "steps": a.steps, "results": results}, indent=1))
 
