@@ -110,11 +110,14 @@ class Job:
             end = time.monotonic() + timeout
             while True:
                 select.select([fd], [], [], 1.0)
-                if os.read(fd, 64):
-                    break
+                try:
+                    if os.read(fd, 64):
+                        break
+                    time.sleep(0.001)      # EOF: the rank has not opened its end yet
+                except BlockingIOError:
+                    pass                   # still running its block
                 if self.proc.poll() is not None or time.monotonic() > end:
                     self._fail("did not finish a block")
-                time.sleep(0.001)      # EOF before the rank opened its end: poll again
 
     def finish(self, timeout: float) -> list:
         for fd in self.go:
