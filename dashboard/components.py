@@ -54,6 +54,13 @@ def fmt_sig(value, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{digits}g}{unit}"
 
 
+def fmt_count(lo, hi) -> str:
+    """A count as an integer, or the integer range when it differs between ranks or steps
+    ("6–7", never a mean such as "6.5" or "7.0")."""
+    lo, hi = int(lo), int(hi)
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
 def fmt_bytes(n) -> str:
     if n is None or n != n:
         return "–"

@@ -303,6 +303,7 @@ def test_other_pages_figures(app):
     assert len(errors) == 2 and [t["name"] for t in split["data"]][:3] == ["compute only", "overlapped comm", "exposed comm"]
     assert "different models" in str(errors[1].children[0])          # ddp (hand-built) vs synth8 (synthetic)
     assert op_bytes["data"][0]["name"] == "all_reduce" and len(op_bytes["data"][0]["y"]) == 2
+    assert op_bytes["data"][0]["customdata"] == ["2", "6"]              # calls per rank and step: integers
 
 
 def test_memory_from_run_json():

@@ -74,7 +74,8 @@ def test_bucket_map_both_layouts(synth):
 def test_op_bytes_and_time_split(tmp_path):
     run = load_run(make_ddp_run(tmp_path / "d", steps=3))
     ob = A.op_bytes_per_step(run)
-    assert ob.to_dict("records") == [{"op": "all_reduce", "bytes_per_step": 6e6, "count_per_step": 2.0}]
+    assert ob.to_dict("records") == [{"op": "all_reduce", "bytes_per_step": 6e6, "count_per_step": 2.0,
+                                      "count_min": 2, "count_max": 2}]
     split = A.time_split(A.step_metrics(run))
     # hand-built step: 45 ms; compute 35 (10 of it under comm), exposed 10, nothing else
     assert split == pytest.approx({"step_ms": 45.0, "compute_only_ms": 25.0, "overlapped_ms": 10.0,

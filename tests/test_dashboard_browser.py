@@ -4,6 +4,7 @@ Screenshots of every page go to $SYNCVIZ_SHOTS (default /tmp/syncviz-dashboard-s
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -205,6 +206,17 @@ def test_other_pages_draw(server, browser):
             wait_for(lambda: (graph(browser, gid) or {}).get("traces"), f"{page}: {gid} drawn")
         browser.save_screenshot(str(SHOTS / f"{page}.png"))
     assert "synth8" in text(browser, ".compare-table")
+    calls = browser.execute_script("var g = document.querySelector('#strategies-bytes .js-plotly-plot');"
+                                   "return g.data.map(t => t.customdata).flat();")
+    assert calls and all(re.fullmatch(r"\d+(–\d+)?", str(c)) for c in calls), calls     # counts, never "7.0"
+    browser.get(f"{base}/distributed?run=synth8")
+    wait_for(lambda: (graph(browser, "distributed-ranks") or {}).get("traces"), "distributed: ranks drawn")
+    rows = wait_for(lambda: browser.execute_script(
+        "return Array.from(document.querySelectorAll('#distributed-kinds tbody tr'))"
+        ".map(r => Array.from(r.cells).map(c => c.textContent));"), "distributed: collectives table")
+    head = text(browser, "#distributed-kinds thead th").split()
+    assert head[:2] == ["collective", "calls"] and [r[:2] for r in rows] == [["all_reduce", "6"]], rows
+    browser.save_screenshot(str(SHOTS / "distributed.png"))
     browser.get(f"{base}/strategies?run=ddp&run=synth8")
     wait_for(lambda: "ddp" in text(browser, ".compare-table th") and "synth24" not in text(browser, ".compare-table th"),
              "compare link selects its runs")

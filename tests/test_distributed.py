@@ -27,7 +27,7 @@ def test_collective_kinds_by_hand(tmp_path):
     assert list(k.index) == ["all_reduce"]
     row = k.loc["all_reduce"]
     # per rank and step: 2 buckets, 4 + 2 MB, 10 ms each; 2 ranks: bus factor 2(n-1)/n = 1
-    assert row["calls"] == 2 and row["bytes"] == 6e6 and row["bus_bytes"] == 6e6
+    assert row["calls"] == 2 and row["bytes"] == 6e6 and (row["calls_min"], row["calls_max"]) == (2, 2) and row["bus_bytes"] == 6e6
     assert row["time_ns"] == 20 * MS and row["mean_ns"] == 10 * MS
 
 
@@ -35,3 +35,15 @@ def test_empty(tmp_path):
     run = load_run(make_ddp_run(tmp_path / "r"))
     none = run.events.iloc[:0]
     assert len(rank_breakdown(none)) == 0 and len(collective_kinds(none)) == 0
+
+
+def test_calls_range_when_ranks_differ(tmp_path):
+    """A rank that issues one call fewer in one step: the mean is fractional, the range is exact
+    integers (what the Distributed page shows)."""
+    run = load_run(make_ddp_run(tmp_path / "r", steps=3))
+    ev = run.events
+    drop = ev.index[(ev["rank"] == 1) & (ev["step"] == 2) & (ev["bucket"] == 1)]
+    kinds = collective_kinds(ev.drop(drop))
+    assert kinds["calls_min"].dtype.kind == "i" and kinds["calls_max"].dtype.kind == "i"
+    k = kinds.set_index("op").loc["all_reduce"]
+    assert k["calls"] == 1.75 and (k["calls_min"], k["calls_max"]) == (1, 2)

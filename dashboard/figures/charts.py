@@ -94,6 +94,14 @@ def distribution_figure(q: pd.DataFrame, title: str, unit: str, scale: float = 1
 
 # --------------------------------------------------------------------------------- strategies
 
+def _calls(rows: pd.DataFrame) -> str:
+    """Calls of one op per rank and step as an integer (a range when ranks or steps differ)."""
+    if not len(rows):
+        return "0"
+    lo, hi = int(rows["count_min"].min()), int(rows["count_max"].max())
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
 def op_bytes_figure(by_run: dict[str, pd.DataFrame]) -> dict:
     """Bytes per step and rank by collective op (analysis.op_bytes_per_step), runs side by side."""
     ops = sorted({op for t in by_run.values() for op in t["op"]})
@@ -103,10 +111,10 @@ def op_bytes_figure(by_run: dict[str, pd.DataFrame]) -> dict:
     data = []
     for op in ops:
         y = [float(t.loc[t["op"] == op, "bytes_per_step"].sum()) / 1e6 for t in by_run.values()]
-        c = [float(t.loc[t["op"] == op, "count_per_step"].sum()) for t in by_run.values()]
+        c = [_calls(t[t["op"] == op]) for t in by_run.values()]
         data.append({"type": "bar", "name": op or "(unnamed)", "x": runs, "y": y, "customdata": c,
                      "marker": {"color": P.op_color(op)},
-                     "hovertemplate": "%{x}<br>" + (op or "?") + ": %{y:.2f} MB per step (%{customdata:.1f} calls)<extra></extra>"})
+                     "hovertemplate": "%{x}<br>" + (op or "?") + ": %{y:.2f} MB per step (%{customdata} calls)<extra></extra>"})
     return {"data": data, "layout": {"title": _title("Bytes per step and rank by collective (MB)"),
                                      "barmode": "stack", "height": 360, "margin": MARGIN,
                                      "yaxis": {"title": {"text": "MB per step"}, "rangemode": "tozero"}}}

@@ -28,6 +28,8 @@ def layout(**_query):
         html.Div(id="distributed-error"),
         C.graph("distributed-ranks", figure=empty_figure("loading…")),
         html.H3("Collectives per rank and step"),
+        html.P("Calls: how many one rank issues in one step (a range when ranks or steps differ); sizes and "
+               "times: mean per rank and step.", className="hint"),
         html.Div(id="distributed-kinds"),
     ])
 
@@ -54,7 +56,8 @@ def ranks_figure(b) -> dict:
 
 def kinds_table(k) -> html.Table:
     head = ["collective", "calls", f"size ({P.SIZE_UNIT})", f"bus traffic ({P.SIZE_UNIT})", "time (ms)", "mean per call (ms)"]
-    rows = [[r.op, f"{r.calls:.1f}", f"{r.bytes / P.MB:.2f}", f"{r.bus_bytes / P.MB:.2f}", f"{r.time_ns / 1e6:.2f}",
+    rows = [[r.op, C.fmt_count(r.calls_min, r.calls_max), f"{r.bytes / P.MB:.2f}", f"{r.bus_bytes / P.MB:.2f}",
+             f"{r.time_ns / 1e6:.2f}",
              f"{r.mean_ns / 1e6:.3f}" if np.isfinite(r.mean_ns) else "–"] for r in k.itertuples()]
     return html.Table([html.Thead(html.Tr([html.Th(h) for h in head])),
                        html.Tbody([html.Tr([html.Td(c) for c in row]) for row in rows])], className="compare-table")

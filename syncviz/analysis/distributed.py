@@ -58,11 +58,12 @@ def rank_breakdown(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def collective_kinds(events: pd.DataFrame) -> pd.DataFrame:
-    """Per collective op, per rank and headline step: ``calls``, ``bytes`` (as the collective
-    counts them), ``bus_bytes`` (bytes × nccl-tests' bus factor: what the links carry),
-    ``time_ns`` (summed durations, queued time included) and ``mean_ns`` per call."""
+    """Per collective op, per rank and headline step: ``calls`` (mean), ``calls_min`` /
+    ``calls_max`` (the fewest and most calls of one rank in one step, integers, which tables show),
+    ``bytes`` (as the collective counts them), ``bus_bytes`` (bytes × nccl-tests' bus factor: what
+    the links carry), ``time_ns`` (summed durations, queued time included) and ``mean_ns`` per call."""
     h, ev = _headline_events(events)
-    cols = ["op", "calls", "bytes", "bus_bytes", "time_ns", "mean_ns"]
+    cols = ["op", "calls", "calls_min", "calls_max", "bytes", "bus_bytes", "time_ns", "mean_ns"]
     comm = comm_metrics(ev, kinds=S.COMM_KINDS) if len(ev) else pd.DataFrame()
     if not len(comm):
         return pd.DataFrame(columns=cols)
@@ -70,9 +71,16 @@ def collective_kinds(events: pd.DataFrame) -> pd.DataFrame:
     n = max(1, len(h))                       # (rank, step) pairs
     factor = np.array([busbw_factor(o, int(g)) for o, g in zip(comm["op"].astype(str), comm["group_size"])])
     f = pd.DataFrame({"op": comm["op"].astype(str).replace("", "other").to_numpy(),
+                      "rank": comm["rank"].to_numpy(), "step": comm["step"].to_numpy(),
                       "bytes": comm["bytes"].to_numpy(dtype=float), "bus_bytes": comm["bytes"].to_numpy(dtype=float) * factor,
                       "time_ns": comm["duration_ns"].to_numpy(dtype=float)})
+    # calls of each op in each headline (rank, step), zero where a pair made none
+    per_pair = f.groupby(["rank", "step", "op"]).size().unstack("op")
+    if len(h):
+        per_pair = per_pair.reindex(pd.MultiIndex.from_frame(h[["rank", "step"]]))
+    per_pair = per_pair.fillna(0).astype(np.int64)
     g = f.groupby("op")
-    out = pd.DataFrame({"calls": g.size() / n, "bytes": g["bytes"].sum() / n, "bus_bytes": g["bus_bytes"].sum() / n,
+    out = pd.DataFrame({"calls": g.size() / n, "calls_min": per_pair.min(), "calls_max": per_pair.max(),
+                        "bytes": g["bytes"].sum() / n, "bus_bytes": g["bus_bytes"].sum() / n,
                         "time_ns": g["time_ns"].sum() / n, "mean_ns": g["time_ns"].mean()})
     return out.reset_index()[cols].sort_values("time_ns", ascending=False).reset_index(drop=True)

@@ -221,14 +221,16 @@ def op_bytes_per_step(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataF
     if steps is not None:
         wire = wire[wire["step"].isin(list(steps))]
     if not len(wire):
-        return pd.DataFrame(columns=["op", "bytes_per_step", "count_per_step"])
+        return pd.DataFrame(columns=["op", "bytes_per_step", "count_per_step", "count_min", "count_max"])
     all_steps = sorted(wire["step"].unique())
     if steps is None and len(all_steps) > 1:
         wire = wire[wire["step"] > all_steps[0]]
     n = wire.groupby(["rank", "step"]).ngroups
-    g = wire.assign(op=wire["op"].astype(str)).groupby("op")
-    return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n,
-                         "count_per_step": g.size() / n}).reset_index()
+    wire = wire.assign(op=wire["op"].astype(str))
+    per_pair = wire.groupby(["rank", "step", "op"]).size().unstack("op").fillna(0)   # calls per (rank, step)
+    g = wire.groupby("op")
+    return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n, "count_per_step": g.size() / n,
+                         "count_min": per_pair.min().astype(int), "count_max": per_pair.max().astype(int)}).reset_index()
 
 
 def time_split(steps: pd.DataFrame) -> dict:
