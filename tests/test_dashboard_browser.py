@@ -3,72 +3,23 @@
 Screenshots of every page go to $SYNCVIZ_SHOTS (default /tmp/syncviz-dashboard-shots)."""
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from test_dashboard import append_live_step, build_root, free_port, write_live_steps
+from browser_helpers import SHOTS, WAIT_S, dash_server, js_errors, text
+from browser_helpers import wait_for as _wait_for
+from test_dashboard import append_live_step, build_root, write_live_steps
 
 pytestmark = pytest.mark.browser
-
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run",
-                # WebGL (the many-rank lanes, long step series) in software: recent Chromium wants it asked for
-                "--enable-unsafe-swiftshader", "--window-size=1400,1000"]
-SHOTS = Path(os.environ.get("SYNCVIZ_SHOTS", "/tmp/syncviz-dashboard-shots"))
-WAIT_S = 60   # generous: the CI machine may be busy
-
-
-def _chromium():
-    return shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = build_root(tmp_path_factory.mktemp("dashb") / "runs")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + WAIT_S
-    while True:
-        try:
-            urllib.request.urlopen(base + "/_dash-layout", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"server did not start: {proc.stdout.read()}")
-            time.sleep(0.2)
-    yield base, root
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium, driver_path = _chromium()
-    if not (chromium and driver_path):
-        pytest.skip("chromium and chromedriver must be on PATH (Debian: apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-    opts = Options()
-    for f in CHROME_FLAGS:
-        opts.add_argument(f)
-    opts.binary_location = chromium
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=opts)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    yield driver
-    driver.quit()
+    with dash_server(root) as base:
+        yield base, root
 
 
 GRAPH_STATE = """
@@ -84,30 +35,17 @@ def graph(driver, gid):
 
 
 def wait_for(fn, what, timeout=WAIT_S, driver=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    state = ""
+    """browser_helpers.wait_for; with ``driver``, a timeout says what the Replay page showed."""
+    state = None
     if driver is not None:
-        state = f"; page: {text(driver, '#replay-error, #replay-status')!r}, graph: {graph(driver, 'replay-timeline')}"
-    raise AssertionError(f"timed out waiting for {what}{state}")
+        def state():
+            return f"page: {text(driver, '#replay-error, #replay-status')!r}, graph: {graph(driver, 'replay-timeline')}"
+    return _wait_for(fn, what, timeout, state=state)
 
 
 def shown_step(driver):
     g = graph(driver, "replay-timeline")
     return g["meta"]["step"] if g and g["meta"] else None
-
-
-def text(driver, css):
-    from selenium.webdriver.common.by import By
-    return " ".join(e.text for e in driver.find_elements(By.CSS_SELECTOR, css))
-
-
-def js_errors(driver):
-    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
 
 
 def test_replay_play_pause_and_slider(server, browser):

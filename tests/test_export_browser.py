@@ -2,7 +2,6 @@
 chart. A screenshot is left next to the report (its path is printed) for a person to look at."""
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from syncviz.views.export.report import write_html
 from syncviz.trace import load_run
 from tracebuild import make_ddp_run
+from browser_helpers import start_chromium
 
 pytestmark = pytest.mark.browser
 
@@ -19,18 +19,7 @@ CHARTS = ("timeline", "steps", "buckets", "skew")
 
 @pytest.fixture
 def chromium():
-    if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        pytest.skip("chromium and chromedriver are not installed (.ci/browsers.sh installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1300,2300",
-                "--disable-dev-shm-usage"):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    driver = start_chromium(1300, 2300)
     try:
         yield driver
     finally:

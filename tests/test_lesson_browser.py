@@ -3,14 +3,10 @@ draws, the ring animation steps through its frames, no JavaScript errors. Screen
 $SYNCVIZ_SHOTS (default /tmp/syncviz-dashboard-shots)."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
-from test_dashboard import free_port
-from test_dashboard_browser import SHOTS, WAIT_S, browser, js_errors, wait_for  # noqa: F401  (fixture)
+from browser_helpers import SHOTS, dash_server, js_errors, wait_for
 from test_lesson import build_lesson
 
 pytestmark = pytest.mark.browser
@@ -24,26 +20,11 @@ Z = "var g=document.querySelector('#lesson-ring-anim .js-plotly-plot'); return g
 def lesson_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("lessonb") / "runs"
     build_lesson(root)
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + WAIT_S
-    while True:
-        try:
-            urllib.request.urlopen(base + "/_dash-layout", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"server did not start: {proc.stdout.read()}")
-            time.sleep(0.2)
-    yield base
-    proc.terminate()
-    proc.wait(10)
+    with dash_server(root) as base:
+        yield base
 
 
-def test_lesson_page_and_ring_animation(lesson_server, browser):  # noqa: F811
+def test_lesson_page_and_ring_animation(lesson_server, browser):
     d = browser
     d.get(lesson_server + "/lesson")
     for gid in ("lesson-averaging", "lesson-split-manual", "lesson-ring-anim", "lesson-ring-timeline",
