@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from syncviz import analysis as A
-from syncviz.views.export.tensorboard import LAYOUT, STEP_SCALARS, run_label, write_tensorboard
+from syncviz.views import palette as P
+from syncviz.views.export.tensorboard import (LAYOUT, PHASE_TAGS, SPLIT_SCALARS, STEP_SCALARS, run_label,
+                                              write_tensorboard)
 from syncviz.trace import load_run
 from tracebuild import make_ddp_run
 
@@ -120,6 +122,36 @@ def tensorboard_server(logdir: Path, timeout_s: float = 120):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def test_series_follow_the_dashboard_palette(tmp_path):
+    """TensorBoard cannot colour a tag (custom_scalar/layout.proto has no colour; the card colours
+    by run), so the split and phase series carry the dashboard's names in the dashboard's order,
+    and a real TensorBoard serves them in that order with analysis.step_split's numbers."""
+    assert [label for label, _, _ in SPLIT_SCALARS] == [k for k in P.SPLIT if k != "waiting for peers"]
+    assert [phase for phase, _ in PHASE_TAGS] == [k for k in P.PHASE if k != "other"]
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    assert not {"color", "colour"} & {f.name for m in (layout_pb2.Chart, layout_pb2.MultilineChartContent)
+                                       for f in m.DESCRIPTOR.fields}
+    run = load_run(make_ddp_run(tmp_path / "runs" / "r", straggler=1, straggle_ms=3))
+    write_tensorboard(run, tmp_path / "tb")
+    split = A.step_split(A.step_table(run))
+    with tensorboard_server(tmp_path / "tb") as base:
+        layout = get_json(base, "/data/plugin/custom_scalars/layout")
+        charts = {c["title"]: c["multiline"]["tag"] for cat in layout["category"] for c in cat["chart"]}
+        tags = charts["step split, as the dashboard (ms)"]
+        assert tags == [t for _, t, _ in SPLIT_SCALARS]
+        assert charts["compute phases (ms)"] == ["time/forward_ms", "time/backward_ms", "time/optimizer_ms"]
+        # the card asks for all of a chart's tags in one regex and lists the series in the order the
+        # data server answers (Rust's tensorboard-data-server: hash order, not ours to set); sorted
+        # by name, as the Scalars tab lists them, they are in the dashboard's order
+        served = get_json(base, "/data/plugin/custom_scalars/scalars", run="r", tag="|".join(f"({t})" for t in tags))
+        assert sorted(served["tag_to_events"]) == tags
+        for _, tag, col in SPLIT_SCALARS:
+            assert np.allclose([p[2] for p in served["tag_to_events"][tag]], split[col] / 1e6, rtol=1e-6), tag
+        text_tag = get_json(base, "/data/plugin/text/tags")["r"][0]
+        text = json.dumps(get_json(base, "/data/plugin/text/text", run="r", tag=text_tag))
+        assert f"exposed comm</td><td>vermillion ({P.EXPOSED})" in text.replace("\\n", "")
 
 
 @pytest.mark.slow

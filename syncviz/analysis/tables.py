@@ -233,17 +233,28 @@ def op_bytes_per_step(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataF
                          "count_min": per_pair.min().astype(int), "count_max": per_pair.max().astype(int)}).reset_index()
 
 
+SPLIT_PARTS = ("compute_only_ns", "overlapped_ns", "exposed_ns", "other_ns")
+
+
+def step_split(table: pd.DataFrame) -> pd.DataFrame:
+    """Each row's step (step_metrics / step_table rows, or their mean) split into ``compute_only_ns``
+    (compute with no collective in flight), ``overlapped_ns``, ``exposed_ns`` and ``other_ns``
+    (idle, data loading, host work: the rest, never negative)."""
+    t = table[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].astype(float)
+    return pd.DataFrame({"compute_only_ns": t["compute_ns"] - t["overlapped_ns"], "overlapped_ns": t["overlapped_ns"],
+                         "exposed_ns": t["exposed_ns"],
+                         "other_ns": (t["step_ns"] - t["compute_ns"] - t["exposed_ns"]).clip(lower=0.0)}, index=table.index)
+
+
 def time_split(steps: pd.DataFrame) -> dict:
     """Mean headline step split into compute only, overlapped comm, exposed comm and other (idle,
-    data loading...), in ms; the parts add up to the mean step time."""
+    data loading...), in ms (step_split of the mean step); the parts add up to the mean step time."""
     h = headline_steps(steps) if len(steps) else steps
     if not len(h):
         return {k: float("nan") for k in ("step_ms", "compute_only_ms", "overlapped_ms", "exposed_ms", "other_ms")}
-    m = h[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].mean()
-    other = max(0.0, m["step_ns"] - m["compute_ns"] - m["exposed_ns"])
-    return {"step_ms": _ms(m["step_ns"]), "compute_only_ms": _ms(m["compute_ns"] - m["overlapped_ns"]),
-            "overlapped_ms": _ms(m["overlapped_ns"]), "exposed_ms": _ms(m["exposed_ns"]),
-            "other_ms": _ms(other)}
+    m = h[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].mean().to_frame().T
+    parts = step_split(m).iloc[0]
+    return {"step_ms": _ms(m["step_ns"].iloc[0]), **{k.replace("_ns", "_ms"): _ms(parts[k]) for k in SPLIT_PARTS}}
 
 
 def rank_spread(table: pd.DataFrame, columns, by: str = "step") -> pd.DataFrame:

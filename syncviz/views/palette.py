@@ -24,6 +24,9 @@ SPLIT = {"compute only": BLUE, "overlapped comm": GREEN, "exposed comm": EXPOSED
 # Memory per rank (Strategies): parameters, gradients, optimizer state, parameters gathered.
 MEMORY = {"parameters": BLUE, "gradients": SKY, "optimizer state": YELLOW,
           "parameters held after forward": PURPLE}
+# Colour names, for views that cannot draw a colour (TensorBoard colours lines by run, not by tag).
+NAME = {BLACK: "black", ORANGE: "orange", SKY: "sky blue", GREEN: "bluish green", YELLOW: "yellow", BLUE: "blue",
+        VERMILLION: "vermillion", PURPLE: "reddish purple", GREY: "grey", LIGHT_GREY: "light grey"}
 # Continuous scales: bucket index (colour-blind safe, no red) and lateness (one hue, light → dark).
 BUCKET_SCALE = "Viridis"
 HEAT_SCALE = "Oranges"

@@ -19,6 +19,7 @@ import pandas as pd
 from syncviz import analysis as A
 from syncviz.trace import schema as S
 from syncviz.trace import Run
+from syncviz.views import palette as P
 
 # (tag, step_table column, scale to the unit in the tag). Tags are the same for every run, which
 # is what lets TensorBoard overlay runs.
@@ -40,11 +41,28 @@ STEP_SCALARS = [
 # Per-rank series (tag/rank-<r>), for spotting a straggler.
 RANK_SCALARS = [("per_rank/step_ms", "step_ns"), ("per_rank/exposed_ms", "exposed_ns")]
 
+# The dashboard's series, in the dashboard's order, under its names (views/palette.py): the step
+# split of the Ratios / Strategies pages and the phases of the Replay timeline.
+# (dashboard label, tag, analysis.step_split column). Tags sort in this order ("1_"...): the Scalars
+# tab lists tags by name; the custom-scalars card lists a chart's series in the order the data
+# server answers (hash order in tensorboard-data-server), which no export can set.
+SPLIT_SCALARS = [("compute only", "split/1_compute_only_ms", "compute_only_ns"),
+                 ("overlapped comm", "split/2_overlapped_comm_ms", "overlapped_ns"),
+                 ("exposed comm", "split/3_exposed_comm_ms", "exposed_ns"),
+                 ("other (idle, data, host)", "split/4_other_ms", "other_ns")]
+PHASE_TAGS = [(phase, f"time/{phase}_ms") for phase in ("forward", "backward", "optimizer")]
+
+# TensorBoard cannot take the palette: its custom-scalars layout (tensorboard/plugins/custom_scalar/
+# layout.proto: Chart = title + multiline tags | margin series) has no colour field, and its
+# multiline card colours every line by its run (runBasedColorScale.scale(run)), telling a run's tags
+# apart by marker symbol. So series keep the dashboard's names and order, and the text tab says
+# which dashboard colour each one has (COLOUR_LEGEND).
 LAYOUT = {
     "syncviz: step": {
         "step time vs compute (ms)": ["Multiline", ["time/step_ms", "time/compute_ms",
                                                      "time/step_slowest_rank_ms"]],
-        "compute phases (ms)": ["Multiline", [r"time/(forward|backward|optimizer)_ms"]],
+        "step split, as the dashboard (ms)": ["Multiline", [tag for _, tag, _ in SPLIT_SCALARS]],
+        "compute phases (ms)": ["Multiline", [tag for _, tag in PHASE_TAGS]],
     },
     "syncviz: communication": {
         "comm busy vs exposed (ms)": ["Multiline", ["comm/busy_ms", "comm/exposed_ms",
@@ -58,6 +76,8 @@ LAYOUT = {
         "exposed comm per rank (ms)": ["Multiline", [r"per_rank/exposed_ms/.*"]],
     },
 }
+COLOUR_LEGEND = ([(tag, label, P.SPLIT[label]) for label, tag, _ in SPLIT_SCALARS]
+                 + [(tag, phase, P.PHASE[phase]) for phase, tag in PHASE_TAGS])
 
 
 def run_label(run: Run) -> str:
@@ -101,6 +121,9 @@ def summary_markdown(run: Run, summary: dict, buckets: pd.DataFrame) -> str:
         for b in buckets.itertuples():
             text.append(f"| {b.bucket} | {b.op} | {b.bytes / 1e6:.2f} | {b.queue_ns / 1e6:.3f} | {b.duration_ns / 1e6:.3f} | "
                         f"{b.launch_delay_ns / 1e6:.3f} | {b.exposed_ns / 1e6:.3f} | {b.busbw_gbps:.3f} |")
+    text += ["", "TensorBoard colours a line by its run; in the dashboard these series have one colour each:", "",
+             "| tag | dashboard series | dashboard colour |", "|---|---|---|"]
+    text += [f"| {tag} | {label} | {P.NAME[c]} ({c}) |" for tag, label, c in COLOUR_LEGEND]
     if summary["problems"]:
         text += ["", "Problems: " + "; ".join(summary["problems"])]
     return "\n".join(text)
@@ -130,6 +153,11 @@ def write_tensorboard(run: Run, logdir: str | Path, copy_profiler: bool = True) 
                 value = float(getattr(row, col))
                 if np.isfinite(value):      # no comm → ratio inf, overlap NaN: leave a gap
                     writer.add_scalar(tag, value * scale, step, walltime=wt)
+        split = A.step_split(steps) if len(steps) else None
+        for i, step in enumerate(steps["step"]):
+            wt = wall[int(step)] if wall else None
+            for _, tag, col in SPLIT_SCALARS:
+                writer.add_scalar(tag, float(split[col].iloc[i]) * 1e-6, int(step), walltime=wt)
         for row in per_rank.itertuples(index=False):
             wt = wall.get(int(row.step)) if wall else None
             for tag, col in RANK_SCALARS:
