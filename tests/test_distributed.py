@@ -47,3 +47,15 @@ def test_calls_range_when_ranks_differ(tmp_path):
     assert kinds["calls_min"].dtype.kind == "i" and kinds["calls_max"].dtype.kind == "i"
     k = kinds.set_index("op").loc["all_reduce"]
     assert k["calls"] == 1.75 and (k["calls_min"], k["calls_max"]) == (1, 2)
+
+
+def test_shared_tables_give_the_same_numbers(tmp_path):
+    """The dashboard computes step_metrics and comm_metrics once for both functions."""
+    import pandas as pd
+    from syncviz import analysis as A
+    from syncviz.trace import schema as S
+    run = load_run(make_ddp_run(tmp_path / "r", steps=4, straggler=1, straggle_ms=3))
+    ev = run.events
+    steps, comm = A.step_metrics(ev), A.comm_metrics(ev, kinds=S.COMM_KINDS)
+    pd.testing.assert_frame_equal(rank_breakdown(ev, steps, comm), rank_breakdown(ev))
+    pd.testing.assert_frame_equal(collective_kinds(ev, steps, comm), collective_kinds(ev))

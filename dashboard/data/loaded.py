@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncviz import analysis as A
+from syncviz.analysis import distributed as D
 from syncviz.trace import schema as S
 from syncviz import trace as T
 from syncviz.trace import TraceError
@@ -163,8 +164,21 @@ class LoadedRun:
     def analysed(self) -> bool:
         return self.blocks.done
 
+    def whole_steps(self) -> pd.DataFrame:
+        """step_metrics of the whole run, once (run summary, Strategies, Distributed share it)."""
+        return self._cached("whole_steps", lambda: A.step_metrics(self.run().events))
+
+    def whole_comm(self) -> pd.DataFrame:
+        """comm_metrics (all comm kinds) of the whole run, once."""
+        return self._cached("whole_comm", lambda: A.comm_metrics(self.run().events, kinds=S.COMM_KINDS))
+
     def summary(self) -> dict:
-        return self._cached("summary", lambda: A.run_summary(self.run()))
+        return self._cached("summary", lambda: A.run_summary(self.run(), self.whole_steps(), self.whole_comm()))
+
+    def comparison(self) -> dict:
+        """What `syncviz compare` shows for this run (views.compare.run_comparison), once."""
+        from syncviz.views import compare as CMP
+        return self._cached("comparison", lambda: CMP.run_comparison(self.run(), self.whole_steps()))
 
     def step_table(self) -> pd.DataFrame:
         return self._cached("steps", lambda: self.blocks.table("steps"))
@@ -176,13 +190,25 @@ class LoadedRun:
         return self._cached("buckets", build)
 
     def rank_skew(self) -> pd.DataFrame:
-        return self._cached("rank_skew", lambda: A.rank_step_skew(self.run()))
+        # from the lateness table of the blocks (the same rows and numbers as A.rank_step_skew of the
+        # whole run), so the Ratios page does not build the whole-run events frame for it
+        return self._cached("rank_skew", lambda: A.lateness_matrix(self.blocks.table("lateness")))
 
     def time_split(self) -> dict:
-        return self._cached("time_split", lambda: A.time_split(self.step_table()))
+        # the same numbers from either step table; the whole-run one when a page already made it
+        return self._cached("time_split", lambda: A.time_split(
+            self.whole_steps() if "whole_steps" in self._cache else self.step_table()))
 
     def op_bytes(self) -> pd.DataFrame:
         return self._cached("op_bytes", lambda: A.op_bytes_per_step(self.run()))
+
+    def distributed(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The Distributed page's (rank_breakdown, collective_kinds), sharing one step_metrics and
+        one comm_metrics of the run (each function alone computes both)."""
+        def build():
+            ev, steps, comm = self.run().events, self.whole_steps(), self.whole_comm()
+            return D.rank_breakdown(ev, steps, comm), D.collective_kinds(ev, steps, comm)
+        return self._cached("distributed", build)
 
     def bucket_map(self) -> pd.DataFrame:
         return self._cached("bucket_map", lambda: A.bucket_map(self.layouts))

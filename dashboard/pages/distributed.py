@@ -7,7 +7,6 @@ import dash
 import numpy as np
 from dash import Input, Output, html
 
-from syncviz.analysis.distributed import collective_kinds, rank_breakdown
 from syncviz.dashboard import components as C
 from syncviz.dashboard.figures.timeline import empty_figure
 from syncviz.views import palette as P
@@ -69,7 +68,7 @@ def draw(name):
     if not name:
         return empty_figure("no run selected"), None, C.run_picker_note(name)
     try:
-        ev = C.store().get(name).run().events
-        return ranks_figure(rank_breakdown(ev)), kinds_table(collective_kinds(ev)), None
+        breakdown, kinds = C.store().get(name).distributed()
+        return ranks_figure(breakdown), kinds_table(kinds), None
     except Exception as e:
         return empty_figure("nothing to draw"), None, C.error_card(C.problem_text(e))

@@ -89,7 +89,7 @@ def compare(names: list[str]):
         try:
             run = C.store().get(n)
             summaries[n], splits[n], op_bytes[n] = dict(run.summary()), run.time_split(), run.op_bytes()
-            comparisons[n] = CMP.run_comparison(run.run())
+            comparisons[n] = run.comparison()
             # bus traffic per step and rank (bytes × nccl-tests' bus factor), as `syncviz compare` counts it
             summaries[n]["bus_bytes_per_step"] = comparisons[n]["bus_bytes_per_step"]
             memory[n] = CH.memory_of(run.meta)

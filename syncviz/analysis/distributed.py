@@ -16,10 +16,19 @@ from syncviz.trace import schema as S
 BREAKDOWN = ("computation_ns", "overlapped_ns", "communication_ns", "waiting_ns", "other_ns")
 
 
-def _headline_events(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    steps = step_metrics(events)
+def _headline_events(events: pd.DataFrame, steps: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    steps = step_metrics(events) if steps is None else steps
     h = headline_steps(steps) if len(steps) else steps
     return h, events[events["step"].isin(h["step"].unique())] if len(h) else events.iloc[:0]
+
+
+def _headline_comm(ev: pd.DataFrame, h: pd.DataFrame, comm: pd.DataFrame | None) -> pd.DataFrame:
+    """comm_metrics (all comm kinds) of the headline steps: computed here, or the headline steps'
+    rows of ``comm`` computed beforehand for the whole run (each step's metrics depend only on
+    that step's rows, so the two are the same)."""
+    if comm is None:
+        return comm_metrics(ev, kinds=S.COMM_KINDS) if len(ev) else pd.DataFrame()
+    return comm[comm["step"].isin(h["step"].unique())].reset_index(drop=True) if len(h) and len(comm) else comm.iloc[:0]
 
 
 def _length(f: pd.DataFrame) -> pd.Series:
@@ -28,19 +37,21 @@ def _length(f: pd.DataFrame) -> pd.Series:
     return (f["end_ns"] - f["start_ns"]).groupby([f["rank"], f["step"]]).sum()
 
 
-def rank_breakdown(events: pd.DataFrame) -> pd.DataFrame:
+def rank_breakdown(events: pd.DataFrame, steps: pd.DataFrame | None = None,
+                   comm: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank, mean ns per headline step of: ``computation_ns`` (compute with no collective in
     flight), ``overlapped_ns`` (collectives in flight while computing), ``communication_ns``
     (collectives alone, being served), ``waiting_ns`` (collectives alone, waiting for a late peer
     or for a collective queued ahead: analysis.timeline.collective_parts), ``other_ns`` (the rest
-    of the step: data loading, host work, idle); they add up to ``step_ns``."""
-    h, ev = _headline_events(events)
+    of the step: data loading, host work, idle); they add up to ``step_ns``. ``steps`` and
+    ``comm``: step_metrics and comm_metrics (all comm kinds) of ``events``, when already computed."""
+    h, ev = _headline_events(events, steps)
     cols = ["rank", "step_ns", *BREAKDOWN]
     if not len(h):
         return pd.DataFrame(columns=cols)
     t = h.set_index(["rank", "step"])[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].astype(float)
     exposed = exposed_intervals(ev)
-    comm = comm_metrics(ev, kinds=S.COMM_KINDS)
+    comm = _headline_comm(ev, h, comm)
     comm = comm[wire_mask(comm)].reset_index(drop=True) if len(comm) else comm
     waiting_exposed = pd.Series(0.0, index=t.index)
     if len(comm) and len(exposed):
@@ -57,14 +68,15 @@ def rank_breakdown(events: pd.DataFrame) -> pd.DataFrame:
     return t.groupby("rank")[["step_ns", *BREAKDOWN]].mean().reset_index()[cols]
 
 
-def collective_kinds(events: pd.DataFrame) -> pd.DataFrame:
+def collective_kinds(events: pd.DataFrame, steps: pd.DataFrame | None = None,
+                     comm: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per collective op, per rank and headline step: ``calls`` (mean), ``calls_min`` /
     ``calls_max`` (the fewest and most calls of one rank in one step, integers, which tables show),
     ``bytes`` (as the collective counts them), ``bus_bytes`` (bytes × nccl-tests' bus factor: what
     the links carry), ``time_ns`` (summed durations, queued time included) and ``mean_ns`` per call."""
-    h, ev = _headline_events(events)
+    h, ev = _headline_events(events, steps)
     cols = ["op", "calls", "calls_min", "calls_max", "bytes", "bus_bytes", "time_ns", "mean_ns"]
-    comm = comm_metrics(ev, kinds=S.COMM_KINDS) if len(ev) else pd.DataFrame()
+    comm = _headline_comm(ev, h, comm)
     if not len(comm):
         return pd.DataFrame(columns=cols)
     comm = comm[wire_mask(comm)]

@@ -50,10 +50,12 @@ def headline(steps: pd.DataFrame) -> dict:
     return out
 
 
-def run_summary(run: Run) -> dict:
-    """Headline numbers and a one-line verdict for a run (definitions in this module's docstring)."""
-    steps = step_metrics(run)
-    comm = comm_metrics(run, kinds=S.COMM_KINDS)
+def run_summary(run: Run, steps: pd.DataFrame | None = None, comm: pd.DataFrame | None = None) -> dict:
+    """Headline numbers and a one-line verdict for a run (definitions in this module's docstring).
+    ``steps`` and ``comm``: step_metrics and comm_metrics (all comm kinds) of the run, when a
+    caller (the dashboard) has them already."""
+    steps = step_metrics(run) if steps is None else steps
+    comm = comm_metrics(run, kinds=S.COMM_KINDS) if comm is None else comm
     wire = comm[wire_mask(comm)] if len(comm) else comm
     h = headline_steps(steps) if len(steps) else steps
     hsteps = h["step"].unique() if len(h) else []

@@ -204,8 +204,15 @@ def rank_step_skew(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     keys = ["step", "micro", "bucket"]
     first = rows.groupby(keys, observed=True)["launch_ns"].transform("min")
     late = (rows["launch_ns"] - first).rename("late_ns")
-    return pd.concat([rows[["rank", "step"]], late], axis=1).pivot_table(
-        index="rank", columns="step", values="late_ns", aggfunc="mean")
+    return lateness_matrix(pd.concat([rows[["rank", "step"]], late], axis=1))
+
+
+def lateness_matrix(late: pd.DataFrame) -> pd.DataFrame:
+    """Rank × step mean of ``late_ns`` (rows of analysis.launch_lateness): rank_step_skew from a
+    lateness table already computed (the dashboard's, block by block)."""
+    if not len(late):
+        return pd.DataFrame()
+    return late.pivot_table(index="rank", columns="step", values="late_ns", aggfunc="mean")
 
 
 # -------------------------------------------------------------------------------- run level

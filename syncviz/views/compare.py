@@ -108,12 +108,14 @@ def expected_bytes(run: Run, strategy: str) -> tuple[dict, dict]:
     return expected, T.textbook_comm_per_step(strategy, grad, param)
 
 
-def run_comparison(run: Run) -> dict:
-    """Everything compare shows for one run (JSON-ready)."""
+def run_comparison(run: Run, steps=None) -> dict:
+    """Everything compare shows for one run (JSON-ready). ``steps``: step_metrics of the whole run
+    when the caller has it (a step's metrics depend only on its rows: the steady steps' rows of it
+    are step_metrics of the steady steps)."""
     strategy = run.meta.get("strategy", "?")
     steady = steady_steps(run)
     ev = run.events[run.events["step"].isin(steady)]
-    steps = A.step_metrics(ev)
+    steps = A.step_metrics(ev) if steps is None else steps[steps["step"].isin(steady)]
     head = A.headline(steps)     # the same aggregate as run_summary's headline (means over rank-steps)
     measured = A.op_bytes_per_step(run, steps=steady)
     expected, textbook = expected_bytes(run, strategy)
