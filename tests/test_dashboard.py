@@ -176,31 +176,6 @@ def test_background_blocks_cover_the_run(store):
     assert run.step_table() is steps
 
 
-def test_whole_run_tables_from_blocks_equal_whole_run_analysis(tmp_path, monkeypatch):
-    """Blocks.table(key) (only that table per block) and the Ratios heat map from the blocks'
-    lateness give the numbers of the whole-run analysis (blocks of 2 steps here)."""
-    from syncviz.dashboard.data import stepview
-    from syncviz.dashboard.data.store import RunStore
-    monkeypatch.setattr(stepview, "BLOCK_ROWS", 2 * 4 * 12)
-    write_synth_run(tmp_path / "s", world=4, steps=9, n_buckets=5, straggler=2, straggle_ms=3)
-    run = RunStore(tmp_path).get("s")
-    assert len(run.blocks.blocks) >= 4
-    whole = run.run()
-    pd.testing.assert_frame_equal(run.rank_skew(), A.rank_step_skew(whole))
-    steps = run.step_table().sort_values(["step", "rank"]).reset_index(drop=True)
-    pd.testing.assert_frame_equal(steps, A.step_metrics(whole).sort_values(["step", "rank"]).reset_index(drop=True))
-
-
-def test_shared_whole_run_tables_give_the_same_numbers(store):
-    """The dashboard's summary and comparison reuse one step_metrics / comm_metrics of the run:
-    the same numbers as computing them alone."""
-    from syncviz.views import compare as CMP
-    run = store.get("synth8")
-    whole = run.run()
-    assert run.summary() == A.run_summary(whole)
-    assert run.comparison() == CMP.run_comparison(whole)
-
-
 def test_live_run_grows_as_steps_are_flushed(tmp_path):
     """Live: a run still being written (streams open, run.json not finished) is re-read when a rank
     flushes a step, and the replay's live callback extends the slider and follows the new step."""
