@@ -59,6 +59,7 @@ def test_stale_updates_differ_and_drift_equals_saved_parameters(tmp_path):
     table = p.stdout.split("loss stale   loss sync")[1].splitlines()[1:steps + 1]
     assert float(table[0].split()[3]) == 0.0          # step 0: same weights, same batch, same loss
     assert any(float(row.split()[3]) != 0.0 for row in table[1:])
+    assert [f"{r['loss_sync']:10.6f}".strip() for r in log] == [row.split()[2] for row in table]
 
 
 def test_stale_run_is_traced_with_its_async_all_reduces(tmp_path):

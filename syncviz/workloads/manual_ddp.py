@@ -245,6 +245,8 @@ def stale_main(args, cfg) -> None:
     equal, total, diff = compare(model, ref)
     if dist.get_rank() == 0:
         ST.report(args, log, sync_losses, equal, total, diff)
+        if args.save_params:
+            ST.save_log(args.save_params, log, sync_losses)
     if args.stale == 0 and equal != total and dist.get_world_size() == 2:
         sys.exit(1)               # S = 0 is synchronous averaging: on 2 ranks it must equal DDP bit for bit
 

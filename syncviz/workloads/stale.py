@@ -131,9 +131,13 @@ def train_stale(args, cfg, batches, trace_module) -> tuple[torch.nn.Module, list
         out = Path(args.save_params)
         out.mkdir(parents=True, exist_ok=True)
         torch.save(torch.stack(saved), out / f"params-rank{rank}.pt")
-        if rank == 0:
-            (out / "drift.json").write_text(json.dumps(log, indent=1))
     return model, log
+
+
+def save_log(directory, log: list[dict], sync_losses: list[float]) -> None:
+    """Rank 0: DIR/drift.json, one row per step: loss (stale), loss_sync, drift_max, drift_rel."""
+    rows = [{**row, "loss_sync": ls} for row, ls in zip(log, sync_losses)]
+    (Path(directory) / "drift.json").write_text(json.dumps(rows, indent=1))
 
 
 def train_sync(args, cfg, batches) -> tuple[torch.nn.Module, list[float]]:
