@@ -166,9 +166,9 @@ def stale_figure(numbers: dict) -> dict:
                      {"type": "bar", "x": steps, "y": numbers["drift_max"], "yaxis": "y2", "opacity": 0.35,
                       "name": "replicas apart: max |θ_r − θ̄|", "marker": {"color": P.GREY}}],
             "layout": {"title": _title(f"Gradients {s} steps stale: replicas drift apart, the loss falls slower"),
-                       "height": 360, "margin": {**MARGIN, "r": 70}, "xaxis": {"title": "step"},
-                       "yaxis": {"title": "loss (mean over ranks)"},
-                       "yaxis2": {"title": "max |θ_r − θ̄|", "overlaying": "y", "side": "right", "showgrid": False},
+                       "height": 360, "margin": {**MARGIN, "r": 70}, "xaxis": {"title": {"text": "step"}},
+                       "yaxis": {"title": {"text": "loss (mean over ranks)"}},
+                       "yaxis2": {"title": {"text": "max |θ_r − θ̄|"}, "overlaying": "y", "side": "right", "showgrid": False},
                        "legend": {"orientation": "h", "y": -0.25}}}
 
 
@@ -187,4 +187,4 @@ def dataparallel_figure(numbers: dict) -> dict:
                       "hovertemplate": "%{y:.1f} ms; %{customdata} MB through GPU 0<extra>DataParallel</extra>"}],
             "layout": {"title": _title(f"{numbers.get('model', '')} on {numbers.get('link', '')}: time per step "
                                        "(model, not measured)"),
-                       "height": 340, "margin": MARGIN, "barmode": "group", "yaxis": {"title": "ms per step"}}}
+                       "height": 340, "margin": MARGIN, "barmode": "group", "yaxis": {"title": {"text": "ms per step"}}}}
