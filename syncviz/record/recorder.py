@@ -294,6 +294,10 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
             if late:
                 if not wait and any(c.done < 0 for c in late) and self.step - built < LATE_STEPS:
                     return
+                for _ in range(100 if wait else 0):   # close: let queued completion callbacks stamp them
+                    if all(c.done >= 0 for c in late):
+                        break
+                    time.sleep(0.0001)
                 stamp_late_ends(cols, late)
             if cuda:
                 events = [e for b in cuda for e in b.cuda[:2]] + ([anchor[1]] if anchor else [])
