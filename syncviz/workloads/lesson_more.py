@@ -21,7 +21,8 @@ def stale(ctx, trace, page: str) -> None:
     last, mid = log[-1], log[len(log) // 2]
     lines = ["Each rank launches the all-reduce of its gradient without waiting (async_op=True) and waits for the",
              f"one it launched {s} steps ago: it steps with its own gradient at once and the others' {s} steps late.",
-             "Nobody waits for a slow rank any more, but the ranks no longer take the same step:",
+             "The update no longer waits for the others' gradients (here the per-step drift measurement, a",
+             "blocking all-reduce, still lines the ranks up), but the ranks no longer take the same step:",
              f"  after step {mid['step']}: replicas differ by up to {mid['drift_max']:.3g} "
              f"(‖θ_r-θ̄‖/‖θ̄‖ = {mid['drift_rel']:.2g});  after step {last['step']}: {last['drift_max']:.3g} "
              f"({last['drift_rel']:.2g})",

@@ -12,6 +12,9 @@ a different gradient, so the replicas drift apart by what the others have not se
 Each step it prints the global loss (mean over ranks), max_r max|θ_r − θ̄| and max_r ‖θ_r − θ̄‖/‖θ̄‖
 (θ̄ = mean of the replicas, gathered with all-reduces in float64), then trains torch's DDP
 synchronously from the same weights on the same batches and prints both losses side by side.
+Those measurements are blocking all-reduces every step: they line the ranks up again, so this run
+shows what staleness does to the weights and the loss, not the time an asynchronous run would save
+(in Replay the async all-reduce overlaps that measurement wait and is drawn as exposed).
 """
 from __future__ import annotations
 
