@@ -22,6 +22,7 @@ COMMANDS = {
     "advise": ("syncviz.model.advise", "advise_command", "Recommend a bucket cap (and strategy) for a recorded run."),
     "lesson": ("syncviz.workloads.lesson", "lesson_command", "A narrated lesson on data parallelism, each step run on real CPU ranks."),
     "plan": ("syncviz.model.plan", "plan_command", "Memory per GPU of DDP and ZeRO-1/2/3/Offload/Infinity: what fits, which to use."),
+    "dataparallel": ("syncviz.model.dpvsddp", "dataparallel_command", "DataParallel beside DDP (a model): bytes, step time, GPU 0's load."),
     "sweep": ("syncviz.workloads.sweep", "sweep_command", "Run the workload at several bucket caps: predicted vs measured."),
 }
 

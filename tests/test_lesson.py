@@ -55,6 +55,13 @@ def _grads(run_dir: Path, world: int = 2) -> None:
                                                       for c, fl in zip(cols, S.GRADS_SCHEMA)], schema=S.GRADS_SCHEMA))
 
 
+STALE = {"stale": 2, "steps": [0, 1, 2, 3], "loss_stale": [6.2, 6.1, 6.0, 5.95], "loss_sync": [6.2, 6.0, 5.8, 5.6],
+         "drift_max": [0.001, 0.002, 0.003, 0.0035], "drift_rel": [0.01, 0.02, 0.025, 0.03]}
+DPNUM = {"gpus": [2, 4, 8], "dp_ms": [236.5, 388.8, 693.2], "ddp_ms": [89.4, 122.1, 139.7],
+         "dp_gpu0_mb": [3776.0, 11327.0, 26431.0], "ddp_mb": [2839.0, 4258.0, 4968.0],
+         "dp_gpu0_share": [0.53, 0.28, 0.15], "model": "gpt2-medium", "link": "pcie"}
+
+
 def build_lesson(root: Path) -> Path:
     """root/lesson: lesson.json, four runs, ring/ring-N2.json and ring-N4.json."""
     out = root / "lesson"
@@ -70,7 +77,9 @@ def build_lesson(root: Path) -> Path:
              ("A straggler: synchronous training", ["4-straggler"], {}),
              ("Ring all-reduce: why the bytes per rank do not grow", [], {}),
              ("Memory: why 70B parameters need ZeRO-3", [], {"ddp": 840.0, "zero1": 350.0, "zero2": 227.5,
-                                                             "zero3": 105.0})]
+                                                             "zero3": 105.0}),
+             ("Asynchronous updates: stale gradients, and the replicas drift apart", [], STALE),
+             ("DataParallel vs DDP: one process and GPU 0 against one process per GPU", [], DPNUM)]
     doc = {"nproc": 2, "fast": True, "steps": [
         {"number": i + 1, "title": t, "text": [f"narration {i + 1}"], "page": "Lesson",
          "runs": [f"lesson/{r}" for r in runs], "numbers": nums} for i, (t, runs, nums) in enumerate(steps)]}
@@ -106,6 +115,13 @@ def test_figures(root):
     assert ring_formula["y"] == pytest.approx([0.012, 0.018])
     mem = LC.memory_figure({"ddp": 840.0, "zero3": 105.0})
     assert mem["data"][0]["y"] == [840.0, 105.0]
+    st = LC.stale_figure(STALE)
+    assert [t["y"] for t in st["data"]] == [STALE["loss_sync"], STALE["loss_stale"], STALE["drift_max"]]
+    assert st["data"][2]["yaxis"] == "y2" and "2 steps stale" in st["layout"]["title"]["text"]
+    dp = LC.dataparallel_figure(DPNUM)
+    assert [t["name"] for t in dp["data"]] == ["DDP", "DataParallel"]
+    assert dp["data"][1]["y"] == DPNUM["dp_ms"] and dp["data"][0]["x"] == ["2 GPUs", "4 GPUs", "8 GPUs"]
+    assert not LC.stale_figure({})["data"] and not LC.dataparallel_figure({})["data"]
 
 
 def test_page_callbacks(root):
@@ -114,9 +130,10 @@ def test_page_callbacks(root):
     from syncviz.dashboard.pages import lesson as P
     assert list(P.lessons()) == ["lesson"]
     body = P.draw("lesson")
-    assert len(body) == 6
+    assert len(body) == 8
     text = str(body)
-    assert "cannot draw" not in text.lower() and "narration 6" in text
+    assert "cannot draw" not in text.lower() and "narration 8" in text
+    assert "lesson-stale" in text and "lesson-dataparallel" in text
     assert "lesson-ring-anim" in text and "lesson-averaging" in text and "lesson-split-manual" in text
     anim, timeline = P.draw_ring(1, "lesson")
     assert len(anim["frames"]) == 7 and timeline["data"]
@@ -130,10 +147,10 @@ def test_lesson_cli_memory_step_and_errors(tmp_path):
     p = subprocess.run([sys.executable, "-m", "syncviz", "lesson", "--only", "6", "--out", str(tmp_path / "l")],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert "[6/6] Memory" in p.stdout and "840.0 GB" in p.stdout and "-> dashboard: Strategies" in p.stdout
+    assert "[6/8] Memory" in p.stdout and "840.0 GB" in p.stdout and "-> dashboard: Strategies" in p.stdout
     doc = json.loads((tmp_path / "l" / "lesson.json").read_text())
     assert doc["steps"][0]["numbers"]["zero2"] == pytest.approx(227.5)
-    for args, msg in ((["--only", "9"], "steps are numbered 1 to 6"), (["--only", "x"], "step numbers like")):
+    for args, msg in ((["--only", "9"], "steps are numbered 1 to 8"), (["--only", "x"], "step numbers like")):
         p = subprocess.run([sys.executable, "-m", "syncviz", "lesson", *args], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode != 0 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1
@@ -148,3 +165,31 @@ def test_lesson_averaging_step_on_real_ranks(tmp_path):
     n = doc["steps"][0]["numbers"]
     assert n["checked"] > 0 and n["exact"] == n["checked"] and n["after"] == n["mean"]
     assert "after == mean bit for bit" in p.stdout and "-> dashboard: Lesson" in p.stdout
+
+
+def test_lesson_dataparallel_step_prints_the_model(tmp_path):
+    from syncviz.model import dataparallel as DP
+    p = subprocess.run([sys.executable, "-m", "syncviz", "lesson", "--only", "8", "--out", str(tmp_path / "l")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "[8/8] DataParallel vs DDP" in p.stdout and "GIL" in p.stdout
+    nums = json.loads((tmp_path / "l" / "lesson.json").read_text())["steps"][0]["numbers"]
+    for n, dp_ms, ddp_ms in zip(nums["gpus"], nums["dp_ms"], nums["ddp_ms"]):
+        r = DP.row(DP.inputs(), n)
+        assert dp_ms == pytest.approx(r.dp_step_s * 1e3) and ddp_ms == pytest.approx(r.ddp_step_s * 1e3)
+        line = next(l for l in p.stdout.splitlines() if l.strip().startswith(f"{n} "))
+        assert f"{r.dp_gpu0_bytes / 1e6:,.0f}" in line and f"{r.dp_step_s * 1e3:.1f}" in line
+
+
+@pytest.mark.slow
+def test_lesson_stale_step_on_real_ranks(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "syncviz", "lesson", "--only", "7", "--fast", "--out", str(tmp_path / "l")],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "[7/8] Asynchronous updates" in p.stdout and "0/28 parameters equal" in p.stdout
+    step = json.loads((tmp_path / "l" / "lesson.json").read_text())["steps"][0]
+    drift = json.loads((tmp_path / "l" / "7-stale-params" / "drift.json").read_text())
+    nums = step["numbers"]
+    assert nums["drift_max"] == [r["drift_max"] for r in drift] and len(nums["loss_sync"]) == len(drift) == 10
+    assert nums["loss_stale"][0] == nums["loss_sync"][0] and nums["loss_stale"] != nums["loss_sync"]
+    assert step["runs"] == ["l/7-stale"] and (tmp_path / "l" / "7-stale" / "run.json").exists()

@@ -28,7 +28,7 @@ def test_lesson_page_and_ring_animation(lesson_server, browser):
     d = browser
     d.get(lesson_server + "/lesson")
     for gid in ("lesson-averaging", "lesson-split-manual", "lesson-ring-anim", "lesson-ring-timeline",
-                "lesson-ring-bytes", "lesson-memory"):
+                "lesson-ring-bytes", "lesson-memory", "lesson-stale", "lesson-dataparallel"):
         wait_for(lambda gid=gid: d.execute_script(DRAWN, gid), f"{gid} drawn")
     assert "start: every rank holds only its own gradients" in d.execute_script(TITLE)
     d.execute_script("var g=document.querySelector('#lesson-ring-anim .js-plotly-plot');"

@@ -150,3 +150,41 @@ def memory_figure(numbers: dict, gpu_gb: float = 80.0) -> dict:
                        "annotations": [{"xref": "paper", "x": 1, "y": gpu_gb, "yref": "y", "yanchor": "bottom",
                                         "text": f"{gpu_gb:g} GB GPU",
                                         "showarrow": False, "xanchor": "right"}]}}
+
+
+def stale_figure(numbers: dict) -> dict:
+    """Step 7: the loss of the stale run and of synchronous DDP on the same batches, and how far
+    the replicas are apart (right axis)."""
+    steps = numbers.get("steps") or []
+    if not steps:
+        return empty_figure("no asynchronous step in this lesson")
+    s = numbers.get("stale", "?")
+    return {"data": [{"type": "scatter", "mode": "lines+markers", "x": steps, "y": numbers["loss_sync"],
+                      "name": "loss, synchronous (DDP)", "line": {"color": P.BLUE}},
+                     {"type": "scatter", "mode": "lines+markers", "x": steps, "y": numbers["loss_stale"],
+                      "name": f"loss, stale S = {s}", "line": {"color": P.VERMILLION}},
+                     {"type": "bar", "x": steps, "y": numbers["drift_max"], "yaxis": "y2", "opacity": 0.35,
+                      "name": "replicas apart: max |θ_r − θ̄|", "marker": {"color": P.GREY}}],
+            "layout": {"title": _title(f"Gradients {s} steps stale: replicas drift apart, the loss falls slower"),
+                       "height": 360, "margin": {**MARGIN, "r": 70}, "xaxis": {"title": {"text": "step"}},
+                       "yaxis": {"title": {"text": "loss (mean over ranks)"}},
+                       "yaxis2": {"title": {"text": "max |θ_r − θ̄|"}, "overlaying": "y", "side": "right", "showgrid": False},
+                       "legend": {"orientation": "h", "y": -0.25}}}
+
+
+def dataparallel_figure(numbers: dict) -> dict:
+    """Step 8: step time of DataParallel and DDP (the model) for 2/4/8 GPUs, and GPU 0's bytes."""
+    gpus = numbers.get("gpus") or []
+    if not gpus:
+        return empty_figure("no DataParallel step in this lesson")
+    x = [f"{n} GPUs" for n in gpus]
+    text = lambda ys: [f"{y:,.0f} ms" for y in ys]   # noqa: E731
+    return {"data": [{"type": "bar", "x": x, "y": numbers["ddp_ms"], "name": "DDP", "marker": {"color": P.BLUE},
+                      "text": text(numbers["ddp_ms"]), "textposition": "outside"},
+                     {"type": "bar", "x": x, "y": numbers["dp_ms"], "name": "DataParallel",
+                      "marker": {"color": P.VERMILLION}, "text": text(numbers["dp_ms"]), "textposition": "outside",
+                      "customdata": [f"{b:,.0f}" for b in numbers["dp_gpu0_mb"]],
+                      "hovertemplate": "%{y:.1f} ms; %{customdata} MB through GPU 0<extra>DataParallel</extra>"}],
+            "layout": {"title": _title(f"{numbers.get('model', '')} on {numbers.get('link', '')}: time per step "
+                                       "(model, not measured)"),
+                       "height": 340, "margin": MARGIN, "barmode": "group", "yaxis": {"title": {"text": "ms per step"}}}}

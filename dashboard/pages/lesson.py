@@ -102,15 +102,20 @@ def _figures(kind: str, step: dict, lesson_dir: Path, names: list[str], earlier:
                 C.graph("lesson-ring-bytes", figure=LC.ring_bytes_figure(results))]
     if kind == "memory":
         return [C.graph("lesson-memory", figure=LC.memory_figure(step.get("numbers", {})))]
+    if kind == "stale":
+        return [C.graph("lesson-stale", figure=LC.stale_figure(step.get("numbers", {})))]
+    if kind == "dataparallel":
+        return [C.graph("lesson-dataparallel", figure=LC.dataparallel_figure(step.get("numbers", {})))]
     return []
 
 
-KINDS = ("averaging", "manual", "buckets", "straggler", "ring", "memory")
+KINDS = ("stale", "dataparallel", "averaging", "manual", "buckets", "straggler", "ring", "memory")
 
 
 def _kind(step: dict) -> str:
     t = step["title"].lower()
-    for k, word in zip(KINDS, ("averaging", "by hand", "buckets", "straggler", "ring", "memory")):
+    words = ("stale gradients", "dataparallel vs ddp", "averaging", "by hand", "buckets", "straggler", "ring", "memory")
+    for k, word in zip(KINDS, words):
         if word in t:
             return k
     return ""

@@ -104,3 +104,15 @@ def apply_cuda_times(cols: dict[str, list], calls: list, anchor, gpu_clock=None)
             cols["launch_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[0]) * 1e6)
             cols["start_ns"][i] = cols["launch_ns"][i] - hook_to_call
             cols["end_ns"][i] = t_anchor + int(ev_anchor.elapsed_time(evs[1]) * 1e6)
+
+
+def stamp_late_ends(cols: dict[str, list], late: list[CollectiveCall]) -> None:
+    """End times of collectives that completed after their step's batch was built (an async
+    all-reduce waited steps later, syncviz.workloads.stale): their rows were built with end -1.
+    The step row keeps its end: the collective outlived the step, the step did not grow."""
+    done = {(c.kind, max(c.micro, 0), c.bucket, c.launch): c.done for c in late if c.done >= 0}
+    for i, end in enumerate(cols["end_ns"]):
+        if end < 0:
+            t = done.get((cols["kind"][i], cols["micro"][i], cols["bucket"][i], cols["start_ns"][i]))
+            if t is not None:
+                cols["end_ns"][i] = t

@@ -23,7 +23,7 @@ import torch
 
 from syncviz import __version__
 from syncviz.record import clock
-from syncviz.record.batch import apply_cuda_times, build_batch
+from syncviz.record.batch import apply_cuda_times, build_batch, stamp_late_ends
 from syncviz.record.discover import RootDiscovery, name_strategy
 from syncviz.record.alignment import ProcessGroupClock
 from syncviz.record.cudaclock import CudaTimes, timing_event, wait_for
@@ -33,6 +33,11 @@ from syncviz.record.phases import PhaseHooks, release_backward_wrapper
 from syncviz.record.stream import StreamWriter
 from syncviz.trace import RankWriter, new_meta, write_json_atomic
 from syncviz.trace import schema as S
+
+
+# A step whose collectives are still in flight waits this many steps for them before it is written
+# anyway (their rows then end at -1 and the reader drops them, as before this wait existed).
+LATE_STEPS = 16
 
 
 def _start_of(phase) -> int:
@@ -264,7 +269,11 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
             self._discovery = None
         if step in self.selection:
             cuda = [c for c in self._buckets + self._collectives if c.cuda is not None]
-            self._pending.append((self._build_batch(step), cuda, self._anchor))
+            # collectives still in flight at the boundary (an async all-reduce waited steps later):
+            # the step is written once their completion callbacks have stamped them (LATE_STEPS at most)
+            late = [c for c in self._collectives if c.done < 0 and c.work is not None and c.cuda is None]
+            cols = self._build_batch(step)
+            self._pending.append((cols, cuda, self._anchor, [c for c in late if c.done < 0], step))
             self._write_ready_steps()
             if self.rank == 0 and time.monotonic() - self._last_meta_write > 0.5:
                 self.write_meta()
@@ -281,7 +290,15 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         ``wait`` (close) spins on the events: torch.cuda.synchronize() raises under a user's
         set_sync_debug_mode("error"), and close() would have dropped the pending steps with it."""
         while self._pending:
-            cols, cuda, anchor = self._pending[0]
+            cols, cuda, anchor, late, built = self._pending[0]
+            if late:
+                if not wait and any(c.done < 0 for c in late) and self.step - built < LATE_STEPS:
+                    return
+                for _ in range(100 if wait else 0):   # close: let queued completion callbacks stamp them
+                    if all(c.done >= 0 for c in late):
+                        break
+                    time.sleep(0.0001)
+                stamp_late_ends(cols, late)
             if cuda:
                 events = [e for b in cuda for e in b.cuda[:2]] + ([anchor[1]] if anchor else [])
                 if wait:

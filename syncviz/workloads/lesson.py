@@ -10,7 +10,9 @@ Steps (each prints what it ran, what it measured and which dashboard page shows 
   3. DDP's buckets: the same model, gradients all-reduced in buckets while backward runs;
   4. a straggler: one slow rank, and every other rank waits for it at the all-reduce;
   5. ring all-reduce with send/recv: bytes per rank against the naive schemes, N = 2, 4, 8;
-  6. memory: why a 70B model needs ZeRO-3 (or more GPUs, or offload).
+  6. memory: why a 70B model needs ZeRO-3 (or more GPUs, or offload);
+  7. asynchronous updates: gradients averaged S steps late, the replicas drift apart, the loss pays;
+  8. torch.nn.DataParallel beside DDP: bytes through GPU 0, step time, GPU 0's load (the model).
 Everything it runs is written under --out (runs, ring-N*.json and lesson.json for the page).
 """
 from __future__ import annotations
@@ -277,7 +279,17 @@ def memory(ctx: Ctx) -> None:
             {s: rows[s].memory.gpu / 1e9 for s in ("ddp", "zero1", "zero2", "zero3")})
 
 
-STEPS = (averaging, manual, buckets, straggler, ring, memory)
+def stale(ctx: Ctx) -> None:
+    from syncviz.workloads import lesson_more
+    lesson_more.stale(ctx, _trace, PAGE)
+
+
+def dataparallel(ctx: Ctx) -> None:
+    from syncviz.workloads import lesson_more
+    lesson_more.dataparallel(ctx, PAGE)
+
+
+STEPS = (averaging, manual, buckets, straggler, ring, memory, stale, dataparallel)
 
 
 @click.command("lesson", context_settings={"help_option_names": ["-h", "--help"]})
@@ -297,6 +309,8 @@ def lesson_command(out, nproc, fast, only):
       4  a straggler rank, and the others waiting for it
       5  ring all-reduce with send/recv: bytes per rank vs naive schemes, N = 2, 4, 8
       6  memory per GPU of DDP / ZeRO-1/2/3 for 70B parameters (syncviz plan)
+      7  asynchronous (stale) gradient averaging: replica drift and loss vs synchronous
+      8  torch.nn.DataParallel vs DDP for 2/4/8 GPUs (syncviz dataparallel, a model)
     """
     try:
         picked = sorted({int(x) for x in only.split(",") if x.strip()}) if only else list(range(1, len(STEPS) + 1))

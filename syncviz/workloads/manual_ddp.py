@@ -20,6 +20,10 @@ dashboard shows the naive version's communication after backward, and --overlap'
 ``--sync-every K`` relaxes idea 3 (local SGD): every rank steps on its own gradients and the
 weights are averaged only every K steps. It prints how far the replicas drift apart in between
 (largest weight difference across ranks), and how the averaging pulls them together again.
+
+``--stale S`` makes it asynchronous instead (syncviz/workloads/stale.py): each gradient all-reduce is
+launched with async_op=True and waited S steps later; a rank steps with its own fresh gradient and
+the others' S steps old. It prints the replicas' drift per step and the loss against synchronous DDP.
 """
 from __future__ import annotations
 
@@ -71,7 +75,12 @@ def average_weights(model: torch.nn.Module) -> None:
 def batches(args, rank: int, cfg):
     from syncviz.workloads.gpt import synthetic_batch
     for step in range(args.steps):   # each rank its own slice of the global batch
-        yield synthetic_batch(cfg, args.batch, args.seq, seed=args.seed * 1_000_003 + step * 1009 + rank)
+        seed = args.seed * 1_000_003 + step * 1009 + rank
+        if getattr(args, "data", "random") == "counting":
+            from syncviz.workloads.stale import counting_batch
+            yield counting_batch(cfg, args.batch, args.seq, seed=seed)
+        else:
+            yield synthetic_batch(cfg, args.batch, args.seq, seed=seed)
 
 
 def train_manual(args, cfg) -> torch.nn.Module:
@@ -163,7 +172,18 @@ def parse_args(argv=None):
     p.add_argument("--check", action="store_true", help="also train torch's DDP and compare the parameters")
     p.add_argument("--sync-every", type=int, default=1, metavar="K",
                    help="local SGD: no gradient averaging; average the weights every K steps and print the drift")
+    p.add_argument("--data", choices=("random", "counting"), default="random",
+                   help="random tokens (nothing to learn), or counting sequences t, t+1, ... (learnable: the loss falls)")
+    p.add_argument("--stale", type=int, default=None, metavar="S",
+                   help="asynchronous: the others' gradients arrive S steps late (all-reduce waited S steps later); "
+                        "prints replica drift and the loss vs synchronous DDP")
+    p.add_argument("--save-params", metavar="DIR", help="with --stale: save every rank's parameters after each step "
+                                                          "(DIR/params-rank<r>.pt) and the printed drift (DIR/drift.json)")
     a = p.parse_args(argv)
+    if a.stale is not None and (a.stale < 0 or a.sync_every > 1 or a.overlap):
+        p.error("--stale S wants S >= 0 and goes without --sync-every and --overlap")
+    if a.save_params and a.stale is None:
+        p.error("--save-params goes with --stale")
     if a.sync_every < 1:
         p.error("--sync-every must be >= 1")
     if a.sync_every > 1 and (a.check or a.overlap):
@@ -182,6 +202,9 @@ def main(argv=None) -> None:
         sys.exit(f"manual_ddp: {e}")
     dist.init_process_group(backend=os.environ.get("SYNCVIZ_BACKEND") or "gloo")
     try:
+        if args.stale is not None:
+            stale_main(args, cfg)
+            return
         manual = train_manual(args, cfg)
         if args.check:
             from syncviz.record import get_recorder
@@ -204,6 +227,33 @@ def main(argv=None) -> None:
         dist.destroy_process_group()
         from syncviz.record.quiesce import quiesce
         quiesce()     # let gloo's threads release Python objects before teardown (see quiesce.py)
+
+
+def stale_main(args, cfg) -> None:
+    """--stale S: the asynchronous loop, then synchronous DDP on the same batches as the reference."""
+    from syncviz.workloads import stale as ST
+    model, log = ST.train_stale(args, cfg, batches, _trace_module)
+    rec = _recorder()
+    if rec is not None:           # the reference run is not part of the recorded run
+        from syncviz.record import StepSelection
+        rec.selection = StepSelection(f"0:{args.steps}")
+    ref, sync_losses = ST.train_sync(args, cfg, batches)
+    if rec is not None:
+        rec.meta_extra.pop("ddp", None)
+        rec.set_strategy("manual-stale")
+        rec.write_meta()
+    equal, total, diff = compare(model, ref)
+    if dist.get_rank() == 0:
+        ST.report(args, log, sync_losses, equal, total, diff)
+        if args.save_params:
+            ST.save_log(args.save_params, log, sync_losses)
+    if args.stale == 0 and equal != total and dist.get_world_size() == 2:
+        sys.exit(1)               # S = 0 is synchronous averaging: on 2 ranks it must equal DDP bit for bit
+
+
+def _recorder():
+    from syncviz.record import get_recorder
+    return get_recorder()
 
 
 if __name__ == "__main__":
