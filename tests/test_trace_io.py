@@ -122,25 +122,3 @@ def test_summary_cli_on_hand_built_run(ddp_run):
 
 _ = make_ddp_run
 
-
-def test_stream_writer_writes_every_step_in_order_off_the_training_thread(tmp_path):
-    from syncviz.record.stream import StreamWriter
-    w = StreamWriter(RankWriter(tmp_path, 0))
-    for step in range(50):
-        w.write_step(columns([ev(S.FORWARD, step, step + 0.5, step=step)]))
-    w.flush()
-    assert w.steps_written == 50
-    w.close()
-    write_json_atomic(tmp_path / "run.json", {"schema": S.SCHEMA_VERSION, "world_size": 1})
-    steps = load_run(tmp_path).events["step"].tolist()
-    assert steps == list(range(50))
-
-
-def test_stream_writer_reports_a_failed_write_at_close(tmp_path):
-    from syncviz.record.stream import StreamWriter
-    inner = RankWriter(tmp_path, 0)
-    w = StreamWriter(inner)
-    inner.close()                     # the stream is gone: the thread's write fails
-    w.write_step(columns([ev(S.FORWARD, 0, 1)]))    # never blocks or raises on the training thread
-    with pytest.raises(Exception):
-        w.close()

@@ -30,7 +30,6 @@ from syncviz.record.cudaclock import CudaTimes, timing_event, wait_for
 from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.record.options import StepSelection
 from syncviz.record.phases import PhaseHooks, release_backward_wrapper
-from syncviz.record.stream import StreamWriter
 from syncviz.trace import RankWriter, new_meta, write_json_atomic
 from syncviz.trace import schema as S
 
@@ -60,7 +59,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self.strategy = strategy
         self.engine = engine
         self.profiler = profiler
-        self._writer: StreamWriter | None = None   # opened once the rank is known (see writer)
+        self._writer: RankWriter | None = None   # opened once the rank is known (see writer)
         self.meta_extra: dict[str, Any] = {}
         # clock: aligned = local + offset − t0 (t0 = rank 0's clock when alignment happened)
         self.offset_ns, self.error_ns, self.t0 = 0, 0, clock.local_ns()
@@ -218,11 +217,11 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
             self.engine = engine
 
     @property
-    def writer(self) -> StreamWriter:
+    def writer(self) -> RankWriter:
         """The rank's stream, opened on first use: ranks started by the user (mp.spawn) learn
         their rank only at init_process_group."""
         if self._writer is None:
-            self._writer = StreamWriter(RankWriter(self.run_dir, self.rank))
+            self._writer = RankWriter(self.run_dir, self.rank)
         return self._writer
 
     # ---------------------------------------------------------------- clock and process group
@@ -363,7 +362,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         with contextlib.suppress(Exception):
             self._write_ready_steps(wait=True)
         try:
-            self.writer.close()    # waits for the stream thread to write every queued step
+            self.writer.close()
         except Exception as e:     # disk full, file removed: one line, the rest still closes
             import sys
             print(f"[syncviz] rank {self.rank}: could not write the trace stream: {e}", file=sys.stderr, flush=True)
