@@ -28,10 +28,15 @@ def _read(run_dir: str, files: dict[int, Path]):
     return ev, tables, problems, incomplete, errors
 
 
-def pass1(run_dir: str, files: dict[int, Path]) -> dict:
+def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict:
     """step_metrics of the partition's ranks and, per collective, its first and last launch and
-    how many of these ranks took part (queueing.EVENT_KEY)."""
+    how many of these ranks took part (queueing.EVENT_KEY). ``keep``: a scratch file to keep the
+    partition's events in for pass 2 (a pickle of the frame reloads in a fraction of the time that
+    reading and validating the rank files again takes)."""
     ev, tables, problems, incomplete, errors = _read(run_dir, files)
+    del tables
+    if keep is not None and ev is not None:
+        ev.to_pickle(keep)
     out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
            "max_rank": -1, "steps": pd.DataFrame(), "events": None}
     if ev is None:
@@ -69,10 +74,16 @@ def _events(path: str) -> pd.DataFrame:
     return _EVENTS[path]
 
 
-def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int) -> dict:
+def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
+          kept: str | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
-    to what the summary aggregates: sums, spilled medians, straggler counts."""
-    ev, *_ = _read(run_dir, files)
+    to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
+    copy of the partition's events."""
+    if kept is not None and Path(kept).exists():
+        ev = pd.read_pickle(kept)
+        Path(kept).unlink()
+    else:
+        ev, *_ = _read(run_dir, files)
     events = _events(events_path)
     out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,

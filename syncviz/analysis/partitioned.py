@@ -38,7 +38,7 @@ from syncviz.analysis.tables import step_table_of
 from syncviz.trace import read as R
 from syncviz.trace import validate as V
 
-PARTITION_EVENTS = 1_500_000      # events per partition: ~1 GB of pandas working memory per worker
+PARTITION_EVENTS = 750_000        # events per partition: ~0.8 GB of pandas working memory per worker
 BYTES_PER_EVENT = 52              # on disk (simulated 1,024-rank ZeRO-3 run: 217 MB for 4.17 M events)
 
 
@@ -96,7 +96,8 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     say = progress or (lambda msg: None)
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-") as scratch, _pool(jobs) as pool:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs} processes")
-        first = list(_map(pool, P.pass1, [(str(run_dir), p) for p in parts]))
+        kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
+        first = list(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)]))
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
         for r in first:
             problems += r["problems"]
@@ -128,7 +129,7 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
         h = headline_steps(steps) if len(steps) else steps
         hsteps = sorted(int(s) for s in h["step"].unique()) if len(h) else []
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
-        second = list(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i)
+        second = list(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
                                            for i, p in enumerate(parts)]))
         return _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,
                         world_size=_world(meta, max_rank))
