@@ -173,11 +173,12 @@ def main() -> None:
             row("export perfetto (whole run)", n, m, "the exporter has no step range")
         else:
             row("export perfetto", n, None, "not run: > --perfetto-max; the exporter has no step range")
-    print("\nTarget: 1e8 events summarized in <= 30 s within <= 4 GB.")
+    print("\nTarget (issue 17): 1e8 events summarized in <= 30 s within <= 4 GB.")
     for n, new, _ in results:
         met = new["status"] == "ok" and new["wall_s"] <= 30 and new["peak_gb"] <= 4
-        print(f"  {n / 1e6:.1f} M events: {new['wall_s']:.1f} s wall ({new['cpu_s']:.1f} s CPU), "
-              f"{new['peak_gb']:.2f} GB: {'within' if met else 'NOT within'} the 1e8 target's limits")
+        verdict = ("target met" if met else "target NOT met") if n >= 0.9e8 else "(the target is for 1e8)"
+        print(f"  {n / 1e6:.1f} M events: partitioned summary {new['wall_s']:.1f} s wall ({new['cpu_s']:.1f} s CPU, "
+              f"{1e6 * new['cpu_s'] / n:.1f} µs/event), {new['peak_gb']:.2f} GB peak: {verdict}")
 
 
 if __name__ == "__main__":
