@@ -54,15 +54,25 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict
     return out
 
 
+def reduce_events(parts: list) -> pd.DataFrame | None:
+    """pass 1's per-collective (min, max, size) of several partitions as one such table; folded
+    as partitions finish, so the parent holds one table per collective, not one per partition
+    (at 10^8 events: 133 partitions × 58,000 collectives)."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    g = pd.concat(parts).groupby(level=list(range(len(Q.EVENT_KEY))), sort=True)
+    return pd.DataFrame({"min": g["min"].min(), "max": g["max"].max(), "size": g["size"].sum()})
+
+
 def combine_events(parts: list) -> pd.DataFrame:
     """Per collective (index EVENT_KEY, sorted): ``first``/``last`` launch (ns) and ``ranks``."""
-    parts = [p for p in parts if p is not None and len(p)]
-    if not parts:
+    r = reduce_events(parts)
+    if r is None:
         idx = pd.MultiIndex.from_tuples([], names=Q.EVENT_KEY)
         return pd.DataFrame({"first": pd.Series(dtype=np.int64), "last": pd.Series(dtype=np.int64),
                              "ranks": pd.Series(dtype=np.int64)}, index=idx)
-    g = pd.concat(parts).groupby(level=list(range(len(Q.EVENT_KEY))), sort=True)
-    out = pd.DataFrame({"first": g["min"].min(), "last": g["max"].max(), "ranks": g["size"].sum()})
+    out = r.rename(columns={"min": "first", "max": "last", "size": "ranks"}).sort_index()
     out.index.names = Q.EVENT_KEY
     return out
 
@@ -176,12 +186,18 @@ def combine_stragglers(second: list[dict], events: pd.DataFrame) -> pd.DataFrame
     return Q.straggler_rows(per, nsteps)
 
 
-def combine_skew(parts: list) -> float:
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return 0.0
+def reduce_skew(parts: list) -> pd.DataFrame | None:
+    """Earliest and latest launch per collective identity (SKEW_KEY) over several partitions."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
     g = pd.concat(parts).groupby(level=list(range(len(SKEW_KEY))))
-    return _ms((g["hi"].max() - g["lo"].min()).max())
+    return pd.DataFrame({"lo": g["lo"].min(), "hi": g["hi"].max()})
+
+
+def combine_skew(parts: list) -> float:
+    r = reduce_skew(parts)
+    return 0.0 if r is None else _ms((r["hi"] - r["lo"]).max())
 
 
 def combine_top_exposed(second: list[dict]) -> list[dict]:

@@ -94,18 +94,31 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     parts = partitions(files, target_events)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(parts)))
     say = progress or (lambda msg: None)
-    with tempfile.TemporaryDirectory(prefix="syncviz-summary-") as scratch, _pool(jobs) as pool:
+    pool = _pool(jobs)
+    try:
+        return _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say) -> SummaryTables:
+    with tempfile.TemporaryDirectory(prefix="syncviz-summary-") as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs} processes")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
-        first = list(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)]))
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
-        for r in first:
+        steps_parts, events, rows = [], None, 0
+        for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)])):
             problems += r["problems"]
             incomplete += r["incomplete"]
             errors += r["errors"]
             last_step.update(r["last_step"])
             max_rank = max(max_rank, r["max_rank"])
-        if errors and not any(r["rows"] for r in first):
+            rows += r["rows"]
+            steps_parts.append(r["steps"])
+            events = P.reduce_events([events, r["events"]])
+            say(f"pass 1/2: {i + 1}/{len(parts)} partitions")
+        if errors and not rows:
             more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
             raise R.TraceError(errors[0][1] + more)
         for rank, e in errors:
@@ -122,15 +135,23 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
         crashed = _unfinished(meta, last_step, incomplete)
         layouts, lproblems = R.load_layouts(run_dir)
         problems = ([crashed] if crashed else []) + mproblems + problems + lproblems
-        steps = pd.concat([r["steps"] for r in first], ignore_index=True) if first else pd.DataFrame()
-        events = P.combine_events([r["events"] for r in first])
+        steps = pd.concat(steps_parts, ignore_index=True) if steps_parts else pd.DataFrame()
+        del steps_parts
+        events = P.combine_events([events])
         events_path = str(Path(scratch) / "events.pkl")
         events.to_pickle(events_path)
         h = headline_steps(steps) if len(steps) else steps
         hsteps = sorted(int(s) for s in h["step"].unique()) if len(h) else []
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
-        second = list(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
-                                           for i, p in enumerate(parts)]))
+        second, skew = [], None
+        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
+                                                   for i, p in enumerate(parts)])):
+            skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
+            second.append(r)
+            say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
+        if pool is not None:
+            pool.shutdown()       # the workers' memory is given back before the combine's medians
+        second[0]["skew"] = skew
         return _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,
                         world_size=_world(meta, max_rank))
 
@@ -184,19 +205,11 @@ def _unfinished(meta: dict, last: dict, incomplete: list[int]) -> str | None:
     return f"run did not finish (crashed, stopped, or still recording): {where}"
 
 
-class _Inline:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
-
-
 def _pool(jobs: int):
     # spawn, not fork: the parent has pyarrow's thread pools running, and a forked child can
     # inherit a held lock from them.
     if jobs <= 1:
-        return _Inline()
+        return None
     import multiprocessing as mp
     return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
 
