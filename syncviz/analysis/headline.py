@@ -93,15 +93,25 @@ def top_exposed(comm: pd.DataFrame, n: int = 5) -> list[dict]:
     the headline exposed time (when every exposed instant falls in a wire collective)."""
     if not len(comm):
         return []
+    return top_exposed_rows(exposed_by_identity(comm), comm["exposed_ns"].sum(),
+                            comm[["rank", "step"]].drop_duplicates().shape[0], n)
+
+
+def exposed_by_identity(comm: pd.DataFrame) -> pd.DataFrame:
+    """top_exposed's sums per collective identity, in order of first appearance (index ``_k``)."""
     key = comm["bucket"].where(comm["kind"] == S.BUCKET, -1).astype(str) + "|" + comm["name"].astype(str) \
         + "|" + comm["kind"].astype(str)
     g = comm.assign(_k=key).groupby("_k", sort=False)
-    agg = g.agg(kind=("kind", "first"), bucket=("bucket", "first"), name=("name", "first"),
-                op=("op", "first"), bytes=("bytes", "max"), exposed_ns=("exposed_ns", "sum"),
-                after_backward_ns=("after_backward_ns", "sum"), count=("exposed_ns", "size"))
+    return g.agg(kind=("kind", "first"), bucket=("bucket", "first"), name=("name", "first"),
+                 op=("op", "first"), bytes=("bytes", "max"), exposed_ns=("exposed_ns", "sum"),
+                 after_backward_ns=("after_backward_ns", "sum"), count=("exposed_ns", "size"))
+
+
+def top_exposed_rows(agg: pd.DataFrame, total, rank_steps: int, n: int = 5) -> list[dict]:
+    """top_exposed from exposed_by_identity's table, the comm rows' total exposed time and their
+    number of (rank, step) pairs."""
     agg = agg[agg["exposed_ns"] > 0].sort_values("exposed_ns", ascending=False).head(n)
-    total = comm["exposed_ns"].sum()
-    rank_steps = max(1, comm[["rank", "step"]].drop_duplicates().shape[0])
+    rank_steps = max(1, rank_steps)
     return [{"kind": r["kind"], "bucket": int(r["bucket"]), "name": r["name"], "op": r["op"],
              "bytes": int(r["bytes"]), "exposed_ms_per_event": _ms(r["exposed_ns"] / r["count"]),
              "exposed_ms_per_step": _ms(r["exposed_ns"] / rank_steps),

@@ -46,19 +46,36 @@ def _prev_done(rank: np.ndarray, stream: np.ndarray, launch: np.ndarray, end: np
     return order, prev
 
 
-def collective_times(comm: pd.DataFrame) -> pd.DataFrame:
-    """Queue, wait and service time of comm rows (rows of comm_metrics or comm_rows; needs rank,
-    step, micro, kind, bucket, name, launch_ns, end_ns). Returns TIME_COLUMNS, same index.
-    Rows are matched across ranks by (step, micro, kind, bucket, name, occurrence)."""
-    if not len(comm):
-        return pd.DataFrame({c: pd.Series(dtype=float) for c in TIME_COLUMNS})
+# A collective is matched across ranks by these columns: the n-th call of one identity on a rank
+# (in launch order) meets the n-th call of it on every other rank.
+EVENT_KEY = ["step", "micro", "kind", "bucket", "name", "occurrence"]
+
+
+def occurrences(comm: pd.DataFrame) -> pd.DataFrame:
+    """Comm rows (rank, EVENT_KEY, launch_ns, end_ns, ``launch`` as float) sorted by (rank, launch),
+    ties in frame order, with ``occurrence``: how many calls of the same identity the rank made
+    before. Per rank only, so a partition of whole ranks numbers its rows as the whole run does."""
     c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "end_ns"]].copy()
     c["kind"], c["name"] = c["kind"].astype(str), c["name"].astype(str)
     c["launch"] = c["launch_ns"].to_numpy(dtype=float)
-    key = ["step", "micro", "kind", "bucket", "name"]
     c = c.sort_values(["rank", "launch"], kind="stable")
-    c["occurrence"] = c.groupby(["rank"] + key, observed=True).cumcount()
-    joined = c.groupby(key + ["occurrence"], observed=True)["launch"].transform("max").to_numpy(dtype=float)
+    c["occurrence"] = c.groupby(["rank"] + EVENT_KEY[:-1], observed=True).cumcount()
+    return c
+
+
+def collective_times(comm: pd.DataFrame, joined: pd.Series | None = None) -> pd.DataFrame:
+    """Queue, wait and service time of comm rows (rows of comm_metrics or comm_rows; needs rank,
+    step, micro, kind, bucket, name, launch_ns, end_ns). Returns TIME_COLUMNS, same index.
+    Rows are matched across ranks by EVENT_KEY. ``joined``: the last launch of every event
+    (Series indexed by EVENT_KEY) when ``comm`` holds only some ranks (analysis.partitioned);
+    by default it comes from ``comm``'s own rows."""
+    if not len(comm):
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in TIME_COLUMNS})
+    c = occurrences(comm)
+    if joined is None:
+        joined = c.groupby(EVENT_KEY, observed=True)["launch"].transform("max").to_numpy(dtype=float)
+    else:
+        joined = joined.reindex(pd.MultiIndex.from_frame(c[EVENT_KEY])).to_numpy(dtype=float)
     stream = (~wire_mask(c)).astype(np.int64)
     launch, end = c["launch"].to_numpy(), c["end_ns"].to_numpy(dtype=float)
     order, prev_sorted = _prev_done(c["rank"].to_numpy(), stream, launch, end)
@@ -162,6 +179,12 @@ def straggler_table(comm: pd.DataFrame) -> pd.DataFrame:
     nsteps = max(1, c["step"].nunique())
     per = c.groupby("rank").agg(events=("unique_last", "sum"), last=("is_last", "sum"), mean_late_ns=("late", "mean"),
                                 wait_ns=("wait_caused", "sum"))
+    return straggler_rows(per, nsteps)
+
+
+def straggler_rows(per: pd.DataFrame, nsteps: int) -> pd.DataFrame:
+    """straggler_table's rows from its per-rank sums (index rank: events, last, mean_late_ns, wait_ns)."""
+    cols = ["rank", "events", "last", "last_pct", "mean_late_ms", "waited_for_ms_per_step"]
     per["last_pct"] = 100.0 * per["last"] / per["events"]
     per["mean_late_ms"] = per["mean_late_ns"] / 1e6
     per["waited_for_ms_per_step"] = per["wait_ns"] / 1e6 / nsteps

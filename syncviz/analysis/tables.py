@@ -23,11 +23,21 @@ def step_table(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     and the median busbw (GB/s, on service time) of that step's wire collectives."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
     steps = step_metrics(ev)
-    cols = ["step", "ranks", "step_ns", "step_max_ns", "forward_ns", "backward_ns", "optimizer_ns", "eval_ns",
-            "compute_ns", "comm_busy_ns", "overlapped_ns", "exposed_ns", "overlap_pct",
-            "compute_comm_ratio", "bytes", "busbw_gbps"]
     if not len(steps):
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=STEP_TABLE_COLUMNS)
+    comm = comm_metrics(ev, kinds=S.COMM_KINDS)
+    comm = comm[wire_mask(comm)] if len(comm) else comm
+    return step_table_of(steps, comm.groupby("step")["busbw_gbps"].median() if len(comm) else np.nan)
+
+
+STEP_TABLE_COLUMNS = ["step", "ranks", "step_ns", "step_max_ns", "forward_ns", "backward_ns", "optimizer_ns", "eval_ns",
+                      "compute_ns", "comm_busy_ns", "overlapped_ns", "exposed_ns", "overlap_pct",
+                      "compute_comm_ratio", "bytes", "busbw_gbps"]
+
+
+def step_table_of(steps: pd.DataFrame, busbw) -> pd.DataFrame:
+    """step_table from step_metrics rows and the per-step median busbw (Series by step, or NaN)."""
+    cols = STEP_TABLE_COLUMNS
     g = steps.groupby("step", sort=True)
     means = ["step_ns", "forward_ns", "backward_ns", "optimizer_ns", "eval_ns", "compute_ns", "comm_busy_ns",
              "overlapped_ns", "exposed_ns", "bytes"]
@@ -40,9 +50,7 @@ def step_table(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
         out["overlap_pct"] = np.where(busy > 0, 100.0 * sums["overlapped_ns"] / busy, np.nan)
         phases = (sums["forward_ns"] + sums["backward_ns"] + sums["optimizer_ns"]).to_numpy(dtype=float)
         out["compute_comm_ratio"] = np.where(busy > 0, phases / busy, np.inf)
-    comm = comm_metrics(ev, kinds=S.COMM_KINDS)
-    comm = comm[wire_mask(comm)] if len(comm) else comm
-    out["busbw_gbps"] = comm.groupby("step")["busbw_gbps"].median() if len(comm) else np.nan
+    out["busbw_gbps"] = busbw
     return out.reset_index()[cols]
 
 
@@ -96,14 +104,20 @@ def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFra
     """One row per (layout, bucket) of bucket rows from comm_metrics: parameter count (from one
     rank's layout), bytes, dtype, and median launch delay, hook entry → launch, queue (of it waiting for peers),
     service time (``duration_ns``), algbw, busbw (on service time) and attributed exposed time."""
+    g = comm.groupby(["layout", "bucket"]).agg(
+        bytes=("bytes", "max"), dtype=("dtype", "first"),
+        **{c: (c, "median") for c in BUCKET_MEDIANS})
+    return with_params(g, layouts)
+
+
+BUCKET_MEDIANS = ("launch_delay_ns", "hook_to_launch_ns", "queue_ns", "wait_peers_ns", "duration_ns", "algbw_gbps",
+                  "busbw_gbps", "exposed_ns")
+
+
+def with_params(g: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFrame:
+    """bucket_layout_table's ``params`` column: parameters per (layout, bucket) in one rank's layout."""
     lay = layouts[layouts["rank"] == layouts["rank"].min()] if len(layouts) else layouts
     nparams = lay.groupby(["layout", "bucket"]).size() if len(lay) else pd.Series(dtype=int)
-    g = comm.groupby(["layout", "bucket"]).agg(
-        bytes=("bytes", "max"), dtype=("dtype", "first"), launch_delay_ns=("launch_delay_ns", "median"),
-        hook_to_launch_ns=("hook_to_launch_ns", "median"),
-        queue_ns=("queue_ns", "median"), wait_peers_ns=("wait_peers_ns", "median"),
-        duration_ns=("duration_ns", "median"), algbw_gbps=("algbw_gbps", "median"),
-        busbw_gbps=("busbw_gbps", "median"), exposed_ns=("exposed_ns", "median"))
     g["params"] = [int(nparams.get(k, 0)) for k in g.index]
     return g
 

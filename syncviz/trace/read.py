@@ -148,6 +148,25 @@ def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.T
     if ranks is not None:
         wanted = set(ranks)
         files = {r: p for r, p in files.items() if r in wanted}
+    tables, problems, incomplete, errors = read_ranks(files)
+    if errors and not tables:
+        more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
+        raise TraceError(errors[0][1] + more)
+    for rank, e in errors:
+        problems.append(f"rank {rank} unreadable, left out: {e}")
+        incomplete.append(rank)
+    if not tables:
+        return empty_events(), problems, incomplete
+    return pa.concat_tables(tables), problems, incomplete
+
+
+def empty_events() -> pa.Table:
+    return S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
+
+
+def read_ranks(files: dict[int, Path]) -> tuple[list[pa.Table], list[str], list[int], list[tuple[int, str]]]:
+    """load_events' work on some rank files: their tables (+ rank column), problems, incomplete
+    ranks and (rank, error) of the files that could not be used."""
     tables, problems, incomplete, errors = [], [], [], []
     for rank, path in files.items():
         try:
@@ -167,16 +186,7 @@ def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.T
         t, rank_problems = V.clean_rank_table(t, bad, rank)
         problems.extend(rank_problems)
         tables.append(t.append_column("rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32))))
-    if errors and not tables:
-        more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
-        raise TraceError(errors[0][1] + more)
-    for rank, e in errors:
-        problems.append(f"rank {rank} unreadable, left out: {e}")
-        incomplete.append(rank)
-    if not tables:
-        empty = S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
-        return empty, problems, incomplete
-    return pa.concat_tables(tables), problems, incomplete
+    return tables, problems, incomplete, errors
 
 
 def load_layouts(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from syncviz import analysis as A
+from syncviz.analysis.partitioned import SummaryTables, summarize
 from syncviz.trace import Run, load_run, warn_problems
 
 
@@ -25,10 +26,9 @@ def _mb(b) -> str:
     return f"{b / 1e6:.2f}"
 
 
-def step_table(run: Run, steps: pd.DataFrame) -> Table:
+def step_table(table: pd.DataFrame) -> Table:
     t = Table(title="Per step (mean over ranks; overlap % and comp/comm from those means; times in ms)",
               title_justify="left")
-    table = A.step_table(run)
     evals = bool((table["eval_ns"] > 0).any())
     for c in ("step", "time", "fwd", "bwd", "opt") + (("eval",) if evals else ()) + (
             "comm", "exposed", "overlap%", "comp/comm", "MB"):
@@ -41,7 +41,7 @@ def step_table(run: Run, steps: pd.DataFrame) -> Table:
     return t
 
 
-def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
+def bucket_table(table: pd.DataFrame) -> Table:
     t = Table(title="Per bucket (median over headline steps and ranks; hook = comm-hook entry → collective call; "
               "queue = call → service start, "
               "of it waiting for peers; service = service start → done; bandwidths on service time)",
@@ -49,9 +49,7 @@ def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
     for c in ("layout", "bucket", "params", "MB", "dtype", "delay ms", "hook ms", "queue ms", "peers ms", "service ms",
               "algbw GB/s", "busbw GB/s", "exposed ms"):
         t.add_column(c, justify="right")
-    if not len(buckets):
-        return t
-    for (layout, bucket), r in A.bucket_layout_table(buckets, run.layouts).iterrows():
+    for (layout, bucket), r in table.iterrows():
         t.add_row(str(layout), str(bucket), str(r["params"]), _mb(r["bytes"]), r["dtype"],
                   _f(r["launch_delay_ns"] / 1e6), _f(r["hook_to_launch_ns"] / 1e6), _f(r["queue_ns"] / 1e6),
                   _f(r["wait_peers_ns"] / 1e6),
@@ -60,12 +58,12 @@ def bucket_table(run: Run, buckets: pd.DataFrame) -> Table:
     return t
 
 
-def collective_table(coll: pd.DataFrame) -> Table:
+def collective_table(table: pd.DataFrame) -> Table:
     t = Table(title="Collectives per step (all torch.distributed calls, mean over rank-steps; exposed time "
               "attributed once)", title_justify="left")
     for c in ("phase", "op", "calls/step", "MB/step", "service ms/step", "exposed ms/step", "queue ms", "busbw GB/s"):
         t.add_column(c, justify="right")
-    for (phase, op), r in A.collective_table(coll).iterrows():
+    for (phase, op), r in table.iterrows():
         t.add_row(phase, op, _f(r["calls"], "{:.1f}"), _mb(r["bytes"]), _f(r["duration_ns"] / 1e6),
                   _f(r["exposed_ns"] / 1e6), _f(r["queue_ns"] / 1e6), _f(r["busbw_gbps"], "{:.3f}"))
     return t
@@ -81,17 +79,33 @@ def straggler_table(s: dict) -> Table:
     return t
 
 
-def print_summary(run: Run, console: Console | None = None) -> dict:
-    # Wide enough for the tables when piped (rich assumes 80 columns without a terminal).
-    console = console or Console(width=None if sys.stdout.isatty() else 130)
+def whole_run_tables(run: Run) -> SummaryTables:
+    """The summary's tables from a run loaded whole (load_run): the reference the partitioned path
+    (analysis.partitioned.summarize, the default for ``syncviz summary``) must equal."""
     s = A.run_summary(run)
     steps = A.step_metrics(run)
     comm = A.comm_metrics(run, kinds=("bucket", "collective"))
     hsteps = set(s["headline_steps"])
-    m = run.meta
+    buckets = comm[(comm["kind"] == "bucket") & comm["step"].isin(hsteps)]
+    coll = comm[(comm["kind"] == "collective") & comm["step"].isin(hsteps)]
+    return SummaryTables(path=run.path, meta=run.meta, layouts=run.layouts, problems=run.problems, summary=s,
+                         steps=steps, step_table=A.step_table(run) if len(steps) else pd.DataFrame(),
+                         bucket_table=A.bucket_layout_table(buckets, run.layouts) if len(buckets) else pd.DataFrame(),
+                         collective_table=A.collective_table(coll) if len(coll) else pd.DataFrame(),
+                         offload=A.offload_table(run, s["headline_steps"]) if s.get("offload_ms") else pd.DataFrame(),
+                         incomplete_ranks=run.incomplete_ranks)
+
+
+def print_summary(run: Run | SummaryTables, console: Console | None = None) -> dict:
+    """Print the report of a loaded run (Run) or of partitioned.summarize's tables."""
+    tabs = run if isinstance(run, SummaryTables) else whole_run_tables(run)
+    # Wide enough for the tables when piped (rich assumes 80 columns without a terminal).
+    console = console or Console(width=None if sys.stdout.isatty() else 130)
+    s = tabs.summary
+    m = tabs.meta
     model = m.get("model") or {}
     ddp = m.get("ddp") or {}
-    console.print(f"[bold]{s['name']}[/]  {run.path}")
+    console.print(f"[bold]{s['name']}[/]  {tabs.path}")
     console.print(f"strategy {s['strategy']} · engine {s['engine']} · {s['world_size']} ranks on "
                   f"{m.get('nodes', 1)} node(s) · backend {m.get('backend', '?')} · device {m.get('device', '?')}")
     if model:
@@ -112,16 +126,14 @@ def print_summary(run: Run, console: Console | None = None) -> dict:
         console.print(f"clocks aligned to rank 0: max error bound {worst.get('clock_error_ns', 0) / 1e3:.1f} µs")
     for p in s["problems"]:
         console.print(f"[yellow]warning:[/] {p}")
-    if not len(steps):
+    if not len(tabs.steps):
         console.print("[red]No complete step recorded.[/]")
         return s
-    console.print(step_table(run, steps))
-    buckets = comm[(comm["kind"] == "bucket") & comm["step"].isin(hsteps)]
-    if len(buckets):
-        console.print(bucket_table(run, buckets))
-    coll = comm[(comm["kind"] == "collective") & comm["step"].isin(hsteps)]
-    if len(coll):
-        console.print(collective_table(coll))
+    console.print(step_table(tabs.step_table))
+    if len(tabs.bucket_table):
+        console.print(bucket_table(tabs.bucket_table))
+    if len(tabs.collective_table):
+        console.print(collective_table(tabs.collective_table))
     if s["top_exposed"]:
         t = Table(title="Top exposed communication", title_justify="left")
         for c in ("what", "MB", "exposed ms/step", "exposed ms/event", "share of exposed", "after backward"):
@@ -139,7 +151,7 @@ def print_summary(run: Run, console: Console | None = None) -> dict:
                   f"overlap {_f(s['overlap_pct'], '{:.0f}')}%; per collective (median): queue {_f(s['queue_ms'])} ms, "
                   f"service {_f(s['service_ms'])} ms, busbw {_f(s['busbw_gbps'], '{:.3f}')} GB/s")
     if s.get("offload_ms"):
-        parts = ", ".join(f"{r.name} {r.ms_per_step:.2f}" for r in A.offload_table(run, s["headline_steps"]).itertuples())
+        parts = ", ".join(f"{r.name} {r.ms_per_step:.2f}" for r in tabs.offload.itertuples())
         console.print(f"Offloading (inside compute): {_f(s['offload_ms'])} ms per step ({parts})", highlight=False)
     console.print(f"[bold]Verdict:[/] {s['verdict']}")
     return s
@@ -157,15 +169,25 @@ def summary_json(run: Run) -> dict:
 
 @click.command("summary", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("run", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (headline, per-step and per-bucket tables).")
-def summary_command(run, as_json):
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (headline, per-step and per-bucket tables; "
+              "loads the whole run: its per-bucket table has a row per bucket event).")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Worker processes for the report, one partition of ranks each at a time [CPU count].")
+@click.option("--whole", is_flag=True, help="Load the whole run into memory at once (the former way; same numbers, "
+              "memory grows with the run). Default: by partitions of ranks, memory bounded by one partition.")
+def summary_command(run, as_json, jobs, whole):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
-    r = load_run(run)
     if as_json:
+        r = load_run(run)
         warn_problems(r)
         click.echo(json.dumps(_clean(summary_json(r)), indent=1, default=str))
+    elif whole:
+        print_summary(load_run(run))
     else:
-        print_summary(r)
+        def progress(msg):
+            if sys.stderr.isatty():
+                click.echo(f"syncviz summary: {msg}", err=True)
+        print_summary(summarize(run, jobs=jobs, progress=progress))
 
 
 def _clean(o):

@@ -1,0 +1,185 @@
+"""Analysis on big runs: `syncviz summary` by partitions of ranks (the default) beside the former
+whole-run path (`--whole`), on simulated runs of 10^6, 10^7 (and 10^8) events; also the dashboard's
+data layer (first open of the Replay page's step, one step change) and a Perfetto export, where
+they fit.
+
+    python benchmarks/scale.py                          # 1e6 and 1e7 events
+    python benchmarks/scale.py --sizes 1e6,1e7,1e8      # 1e8: ~5 GB of trace, minutes
+    python benchmarks/scale.py --jobs 2 --whole-max 2e7 --dashboard-max 1.1e7
+
+Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers),
+peak memory (the sum of the resident sizes of the process and its workers, sampled every 50 ms:
+shared library pages count once per process, so this over-states a little) and the 1-minute load
+average before and after, since this machine's cores are shared. "same" says whether the
+partitioned summary printed exactly what --whole printed. Targets (issue 17): 10^8 events
+summarized in <= 30 s within <= 4 GB; dashboard first open <= 3 s and step change <= 200 ms.
+Runs are cached under --dir and reused when their shape matches.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+EVENTS_PER_RANK_STEP = 407          # llama70b-1024 preset (ZeRO-3): 4,167,680 events for 1,024 ranks x 10 steps
+PY = sys.executable
+
+DASH = r"""
+import json, sys, time
+from syncviz.dashboard.data.store import RunStore
+root, name = sys.argv[1], sys.argv[2]
+keys = ("compute", "comm", "exposed", "steps", "lateness")
+t0 = time.perf_counter()
+store = RunStore(root)
+run = store.get(name)
+start = run.start_step
+view = run.step_view(start)
+for k in keys:
+    view.get(k)
+t1 = time.perf_counter()
+view = run.step_view(start + 1)
+for k in keys:
+    view.get(k)
+t2 = time.perf_counter()
+print(json.dumps({"open_s": t1 - t0, "step_ms": 1e3 * (t2 - t1)}))
+"""
+
+
+def shape(events: float) -> tuple[int, int]:
+    """(ranks, steps) of a llama70b-1024 run with about ``events`` events."""
+    ranks = 1024 if events >= 4e6 else 256
+    return ranks, max(2, round(events / (ranks * EVENTS_PER_RANK_STEP)))
+
+
+def simulate(root: Path, events: float) -> tuple[Path, int]:
+    ranks, steps = shape(events)
+    run = root / f"llama70b-{ranks}x{steps}"
+    if not (run / "run.json").exists():
+        shutil.rmtree(run, ignore_errors=True)
+        print(f"simulating {ranks} ranks x {steps} steps -> {run}", flush=True)
+        subprocess.run([PY, "-m", "syncviz", "simulate", "--preset", "llama70b-1024", "--world-size", str(ranks),
+                        "--steps", str(steps), "--out", str(run)], check=True, stdout=subprocess.DEVNULL)
+    import pyarrow as pa
+    n = 0
+    for p in run.glob("rank-*.arrow"):
+        with pa.OSFile(str(p)) as f:
+            n += sum(b.num_rows for b in pa.ipc.open_stream(f))
+    return run, n
+
+
+def measure(cmd: list[str], timeout: float, out: Path | None = None) -> dict:
+    """Run ``cmd``; wall, CPU, peak RSS of its process tree, load average; stdout to ``out``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with open(out or os.devnull, "wb") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.PIPE)
+        proc, peak, status = psutil.Process(p.pid), 0, "ok"
+        while p.poll() is None:
+            rss = 0
+            try:
+                for q in [proc] + proc.children(recursive=True):
+                    rss += q.memory_info().rss
+            except psutil.Error:
+                pass
+            peak = max(peak, rss)
+            if time.perf_counter() - t0 > timeout:
+                for q in proc.children(recursive=True) + [proc]:
+                    try:
+                        q.kill()
+                    except psutil.Error:
+                        pass
+                status = f"killed after {timeout:.0f} s"
+            time.sleep(0.05)
+        err = p.stderr.read().decode(errors="replace")
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if p.returncode and status == "ok":
+        status = f"exit {p.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"
+    return {"wall_s": wall, "cpu_s": cpu, "peak_gb": peak / 1e9, "load": (load0, os.getloadavg()[0]),
+            "status": status}
+
+
+def row(label: str, events: int, m: dict | None, note: str = "") -> None:
+    if m is None:
+        print(f"{label:<34} {events / 1e6:>8.1f} M  {'—':>8} {'—':>8} {'—':>8}  {'':>11}  {note}", flush=True)
+        return
+    ok = "" if m["status"] == "ok" else f"  [{m['status']}]"
+    print(f"{label:<34} {events / 1e6:>8.1f} M  {m['wall_s']:>7.1f}s {m['cpu_s']:>7.1f}s {m['peak_gb']:>6.2f}GB  "
+          f"{m['load'][0]:>4.1f}→{m['load'][1]:<4.1f}  {note}{ok}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="1e6,1e7", help="event counts, comma separated [1e6,1e7]")
+    ap.add_argument("--dir", default="/tmp/syncviz-scale", help="where the simulated runs are cached")
+    ap.add_argument("--jobs", type=int, default=None, help="summary worker processes [CPU count]")
+    ap.add_argument("--whole-max", type=float, default=2e7,
+                    help="largest run for the whole-run path (15.4 M events took 7.1 GB) [2e7]")
+    ap.add_argument("--dashboard-max", type=float, default=1.1e7,
+                    help="largest run for the dashboard data layer (it holds the whole Arrow table) [1.1e7]")
+    ap.add_argument("--perfetto-max", type=float, default=1.1e6,
+                    help="largest run to export to Perfetto (the exporter writes the whole run) [1.1e6]")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement [900]")
+    args = ap.parse_args()
+    root = Path(args.dir)
+    root.mkdir(parents=True, exist_ok=True)
+    jobs = ["--jobs", str(args.jobs)] if args.jobs else []
+    print(f"{os.cpu_count()} CPUs; free disk under {root}: {shutil.disk_usage(root).free / 1e9:.0f} GB; "
+          f"memory {psutil.virtual_memory().total / 1e9:.0f} GB", flush=True)
+    results = []
+    for size in (float(s) for s in args.sizes.split(",")):
+        need = size * 55 / 1e9
+        if shutil.disk_usage(root).free / 1e9 < 2.5 * need:
+            print(f"skipping {size:.0e} events: needs ~{need:.1f} GB of trace plus as much scratch, "
+                  f"{shutil.disk_usage(root).free / 1e9:.0f} GB free", flush=True)
+            continue
+        run, n = simulate(root, size)
+        print(f"\n{run.name}: {n:,} events, {sum(p.stat().st_size for p in run.iterdir()) / 1e9:.2f} GB on disk")
+        print(f"{'what':<34} {'events':>10}  {'wall':>8} {'CPU':>8} {'peak':>8}  {'load 1m':>11}")
+        new_out, old_out = root / "new.txt", root / "old.txt"
+        new = measure([PY, "-m", "syncviz", "summary", str(run), *jobs], args.timeout, new_out)
+        old = None
+        if n <= args.whole_max:
+            old = measure([PY, "-m", "syncviz", "summary", "--whole", str(run)], args.timeout, old_out)
+            same = old["status"] == "ok" and new_out.read_bytes() == old_out.read_bytes()
+            row("summary --whole (former)", n, old)
+            row("summary (partitioned)", n, new, f"same output: {'yes' if same else 'NO'}; "
+                f"{old['wall_s'] / new['wall_s']:.2f}x wall, {old['peak_gb'] / max(new['peak_gb'], 1e-9):.1f}x less memory")
+        else:
+            row("summary --whole (former)", n, None, f"not run: > --whole-max {args.whole_max:.0e} "
+                f"(~460 B/event: ~{n * 460 / 1e9:.0f} GB)")
+            row("summary (partitioned)", n, new)
+        results.append((n, new, old))
+        if n <= args.dashboard_max:
+            m = measure([PY, "-c", DASH, str(root), run.name], args.timeout, root / "dash.json")
+            d = json.loads((root / "dash.json").read_text() or "{}") if m["status"] == "ok" else {}
+            row("dashboard data: open + step change", n, m,
+                f"first open {d.get('open_s', float('nan')):.2f} s, step change {d.get('step_ms', float('nan')):.0f} ms")
+        else:
+            row("dashboard data layer", n, None, "not run: > --dashboard-max (loads the whole run)")
+        if n <= args.perfetto_max:
+            m = measure([PY, "-m", "syncviz", "export", "perfetto", str(run), "-o", str(root / "p.json.gz")],
+                        args.timeout)
+            row("export perfetto (whole run)", n, m, "the exporter has no step range")
+        else:
+            row("export perfetto", n, None, "not run: > --perfetto-max; the exporter has no step range")
+    print("\nTarget (issue 17): 1e8 events summarized in <= 30 s within <= 4 GB.")
+    for n, new, _ in results:
+        met = new["status"] == "ok" and new["wall_s"] <= 30 and new["peak_gb"] <= 4
+        verdict = ("target met" if met else "target NOT met") if n >= 0.9e8 else "(the target is for 1e8)"
+        print(f"  {n / 1e6:.1f} M events: partitioned summary {new['wall_s']:.1f} s wall ({new['cpu_s']:.1f} s CPU, "
+              f"{1e6 * new['cpu_s'] / n:.1f} µs/event), {new['peak_gb']:.2f} GB peak: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

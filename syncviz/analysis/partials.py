@@ -1,0 +1,250 @@
+"""The per-partition halves of analysis.partitioned (run in worker processes) and the functions that
+combine their results. Each pass reads one partition of whole ranks and returns small tables; the
+reasons each combination equals the whole-run number are in partitioned.py's docstring."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from syncviz.analysis.headline import exposed_by_identity, top_exposed_rows
+from syncviz.analysis import queueing as Q
+from syncviz.analysis import spill
+from syncviz.analysis.intervals import comm_rows, wire_mask
+from syncviz.analysis.metrics import _ms, comm_metrics, step_metrics
+from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
+from syncviz.trace import read as R
+from syncviz.trace import schema as S
+
+SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
+_EVENTS: dict[str, pd.DataFrame] = {}        # per worker process: the run's collectives (pass 2)
+
+
+def _read(run_dir: str, files: dict[int, Path]):
+    tables, problems, incomplete, errors = R.read_ranks(files)
+    ev = R.events_frame(pa.concat_tables(tables)) if tables else None
+    return ev, tables, problems, incomplete, errors
+
+
+def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict:
+    """step_metrics of the partition's ranks and, per collective, its first and last launch and
+    how many of these ranks took part (queueing.EVENT_KEY). ``keep``: a scratch file to keep the
+    partition's events in for pass 2 (a pickle of the frame reloads in a fraction of the time that
+    reading and validating the rank files again takes)."""
+    ev, tables, problems, incomplete, errors = _read(run_dir, files)
+    del tables
+    if keep is not None and ev is not None:
+        ev.to_pickle(keep)
+    out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
+           "max_rank": -1, "steps": pd.DataFrame(), "events": None}
+    if ev is None:
+        return out
+    out["rows"] = len(ev)
+    if len(ev):
+        last = ev.groupby("rank")["step"].max()
+        out["last_step"] = {int(r): int(s) for r, s in last.items()}
+        out["max_rank"] = int(ev["rank"].max())
+    out["steps"] = step_metrics(ev)
+    comm = comm_rows(ev)
+    if len(comm):
+        c = Q.occurrences(comm)
+        out["events"] = c.groupby(Q.EVENT_KEY, observed=True, sort=False)["launch_ns"].agg(["min", "max", "size"])
+    return out
+
+
+def reduce_events(parts: list) -> pd.DataFrame | None:
+    """pass 1's per-collective (min, max, size) of several partitions as one such table; folded
+    as partitions finish, so the parent holds one table per collective, not one per partition
+    (at 10^8 events: 133 partitions × 58,000 collectives)."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    g = pd.concat(parts).groupby(level=list(range(len(Q.EVENT_KEY))), sort=True)
+    return pd.DataFrame({"min": g["min"].min(), "max": g["max"].max(), "size": g["size"].sum()})
+
+
+def combine_events(parts: list) -> pd.DataFrame:
+    """Per collective (index EVENT_KEY, sorted): ``first``/``last`` launch (ns) and ``ranks``."""
+    r = reduce_events(parts)
+    if r is None:
+        idx = pd.MultiIndex.from_tuples([], names=Q.EVENT_KEY)
+        return pd.DataFrame({"first": pd.Series(dtype=np.int64), "last": pd.Series(dtype=np.int64),
+                             "ranks": pd.Series(dtype=np.int64)}, index=idx)
+    out = r.rename(columns={"min": "first", "max": "last", "size": "ranks"}).sort_index()
+    out.index.names = Q.EVENT_KEY
+    return out
+
+
+def _events(path: str) -> pd.DataFrame:
+    if path not in _EVENTS:
+        _EVENTS.clear()
+        _EVENTS[path] = pd.read_pickle(path)
+    return _EVENTS[path]
+
+
+def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
+          kept: str | None = None) -> dict:
+    """comm_metrics of the partition with every collective's last launch over all ranks, reduced
+    to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
+    copy of the partition's events."""
+    if kept is not None and Path(kept).exists():
+        ev = pd.read_pickle(kept)
+        Path(kept).unlink()
+    else:
+        ev, *_ = _read(run_dir, files)
+    events = _events(events_path)
+    out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
+           "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
+           "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
+           "strag_steps": set(), "strag": None}
+    if ev is None or not len(ev):
+        return out
+    joined = events["last"].astype(float)
+    comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
+    tag = f"{part}"
+    if len(comm):
+        wire = comm[wire_mask(comm)]
+        hw = wire[wire["step"].isin(hsteps)]
+        out["n_hw"] = len(hw)
+        out["hw"] = spill.write_piece(scratch, f"hw-{tag}", hw, [], ["busbw_gbps", "service_ns", "queue_ns"])
+        out["step_busbw"] = spill.write_piece(scratch, f"sb-{tag}", wire, ["step"], ["busbw_gbps"])
+        if len(hw):
+            sk = hw.assign(name=hw["name"].astype(str)).groupby(SKEW_KEY, observed=True)["launch_ns"]
+            out["skew"] = pd.DataFrame({"lo": sk.min(), "hi": sk.max()})
+            out["exposed"] = exposed_by_identity(hw)
+            out["exposed_total"] = int(hw["exposed_ns"].sum())
+            out["rank_steps"] = hw[["rank", "step"]].drop_duplicates().shape[0]
+            _stragglers(out, hw, events, scratch, tag)
+        buckets = comm[(comm["kind"] == S.BUCKET) & comm["step"].isin(hsteps)]
+        if len(buckets):
+            out["buckets"] = spill.write_piece(scratch, f"b-{tag}", buckets, ["layout", "bucket"], BUCKET_MEDIANS)
+            out["bucket_first"] = buckets.groupby(["layout", "bucket"]).agg(bytes=("bytes", "max"),
+                                                                             dtype=("dtype", "first"))
+        coll = comm[(comm["kind"] == S.COLLECTIVE) & comm["step"].isin(hsteps)]
+        if len(coll):
+            out["coll"] = spill.write_piece(scratch, f"c-{tag}", coll, ["phase", "op"], ["queue_ns", "busbw_gbps"])
+            out["coll_sums"] = coll.groupby(["phase", "op"]).agg(
+                calls=("bytes", "size"), bytes=("bytes", "sum"), duration_ns=("duration_ns", "sum"),
+                exposed_ns=("exposed_ns", "sum"))
+            out["coll_steps"] = coll[["rank", "step"]].drop_duplicates().shape[0]
+    off = ev[ev["kind"] == S.OFFLOAD]
+    off = off[(off["end_ns"] >= off["start_ns"]) & (off["start_ns"] >= 0)]
+    off = off[off["step"].isin(hsteps)]
+    if len(off):
+        out["offload"] = pd.DataFrame({"name": off["name"].astype(str).to_numpy(),
+                                       "ms": ((off["end_ns"] - off["start_ns"]) / 1e6).to_numpy()})
+    out["offload_n"] = ev[ev["step"].isin(hsteps) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups
+    return out
+
+
+def _stragglers(out: dict, hw: pd.DataFrame, events: pd.DataFrame, scratch: str, tag: str) -> None:
+    """queueing.straggler_table's per-collective counts for these ranks, and their rows (spilled)."""
+    c = Q.occurrences(hw)
+    ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
+    first, last, nranks = (events[k].to_numpy() for k in ("first", "last", "ranks"))
+    launch = c["launch_ns"].to_numpy(dtype=np.int64)
+    at_max = launch == last[ev_id]
+    n_ev = len(events)
+    out["n_at_max"] = np.bincount(ev_id, weights=at_max, minlength=n_ev)
+    waits = hw.loc[c.index, "wait_peers_ns"].fillna(0).to_numpy(dtype=float)
+    out["wait"] = np.bincount(ev_id, weights=waits, minlength=n_ev)
+    keep = nranks[ev_id] >= 2
+    if not keep.any():
+        return
+    k = c[keep].assign(late=(launch - first[ev_id])[keep])
+    out["late"] = k.groupby("rank").agg(mean_late_ns=("late", "mean"))["mean_late_ns"]
+    out["strag_steps"] = set(int(s) for s in k["step"].unique())
+    path = str(Path(scratch) / f"st-{tag}.npz")
+    np.savez(path, rank=k["rank"].to_numpy(), ev=ev_id[keep], at_max=at_max[keep])
+    out["strag"] = path
+
+
+def combine_stragglers(second: list[dict], events: pd.DataFrame) -> pd.DataFrame:
+    cols = ["rank", "events", "last", "last_pct", "mean_late_ms", "waited_for_ms_per_step"]
+    done = [r for r in second if r["strag"]]
+    if not done:
+        return pd.DataFrame(columns=cols)
+    n_at_max = sum(r["n_at_max"] for r in second if r["n_at_max"] is not None)
+    event_wait = sum(r["wait"] for r in second if r["wait"] is not None)
+    unique = n_at_max == 1
+    frames = []
+    for r in done:
+        a = np.load(r["strag"])
+        rank, ev, at_max = a["rank"], a["ev"], a["at_max"]
+        is_last = at_max & unique[ev]
+        ranks, inv = np.unique(rank, return_inverse=True)
+        frames.append(pd.DataFrame({
+            "events": np.bincount(inv, weights=unique[ev]).astype(np.int64),
+            "last": np.bincount(inv, weights=is_last).astype(np.int64),
+            "mean_late_ns": r["late"].reindex(ranks).to_numpy(),
+            "wait_ns": np.bincount(inv, weights=np.where(is_last, event_wait[ev], 0.0))},
+            index=pd.Index(ranks, name="rank")))
+    per = pd.concat(frames).sort_index()
+    nsteps = max(1, len(set().union(*(r["strag_steps"] for r in done))))
+    return Q.straggler_rows(per, nsteps)
+
+
+def reduce_skew(parts: list) -> pd.DataFrame | None:
+    """Earliest and latest launch per collective identity (SKEW_KEY) over several partitions."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    g = pd.concat(parts).groupby(level=list(range(len(SKEW_KEY))))
+    return pd.DataFrame({"lo": g["lo"].min(), "hi": g["hi"].max()})
+
+
+def combine_skew(parts: list) -> float:
+    r = reduce_skew(parts)
+    return 0.0 if r is None else _ms((r["hi"] - r["lo"]).max())
+
+
+def combine_top_exposed(second: list[dict]) -> list[dict]:
+    parts = [r["exposed"] for r in second if r["exposed"] is not None]
+    if not parts:
+        return []
+    g = pd.concat(parts).groupby(level=0, sort=False)
+    agg = g.agg(kind=("kind", "first"), bucket=("bucket", "first"), name=("name", "first"), op=("op", "first"),
+                bytes=("bytes", "max"), exposed_ns=("exposed_ns", "sum"), after_backward_ns=("after_backward_ns", "sum"),
+                count=("count", "sum"))
+    return top_exposed_rows(agg, sum(r["exposed_total"] for r in second), sum(r["rank_steps"] for r in second))
+
+
+def combine_buckets(second: list[dict], layouts: pd.DataFrame) -> pd.DataFrame:
+    firsts = [r["bucket_first"] for r in second if r["bucket_first"] is not None]
+    if not firsts:
+        return pd.DataFrame()
+    g = pd.concat(firsts).groupby(level=[0, 1], sort=True)
+    out = pd.DataFrame({"bytes": g["bytes"].max(), "dtype": g["dtype"].first()})
+    med = spill.group_medians([r["buckets"] for r in second], ["layout", "bucket"], BUCKET_MEDIANS)
+    out = out.join(med)
+    out.index.names = ["layout", "bucket"]
+    return with_params(out, layouts)
+
+
+def combine_collectives(second: list[dict]) -> pd.DataFrame:
+    sums = [r["coll_sums"] for r in second if r["coll_sums"] is not None]
+    if not sums:
+        return pd.DataFrame()
+    g = pd.concat(sums).groupby(level=[0, 1], sort=True).sum()
+    med = spill.group_medians([r["coll"] for r in second], ["phase", "op"], ["queue_ns", "busbw_gbps"])
+    out = g.join(med)[["calls", "bytes", "duration_ns", "exposed_ns", "queue_ns", "busbw_gbps"]]
+    nsteps = max(1, sum(r["coll_steps"] for r in second))
+    per = ["calls", "bytes", "duration_ns", "exposed_ns"]
+    out[per] = out[per] / nsteps
+    return out
+
+
+def combine_offload(second: list[dict]) -> pd.DataFrame:
+    parts = [r["offload"] for r in second if r["offload"] is not None]
+    if not parts:
+        return pd.DataFrame(columns=["name", "ms_per_step", "calls_per_step"])
+    off = pd.concat(parts, ignore_index=True)
+    n = sum(r["offload_n"] for r in second) or 1
+    g = off.groupby("name")
+    return pd.DataFrame({"ms_per_step": g["ms"].sum() / n, "calls_per_step": g.size() / n}).reset_index()
+
+
+__all__ = ["pass1", "pass2", "combine_events", "combine_stragglers", "combine_skew", "combine_top_exposed",
+           "combine_buckets", "combine_collectives", "combine_offload"]

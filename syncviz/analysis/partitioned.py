@@ -1,0 +1,220 @@
+"""The summary's numbers for a run of any size: partitions of whole ranks, each read and analysed on
+its own (in parallel processes), combined into the same numbers the whole-run functions give.
+
+Why this is exact, metric by metric (definitions stay in metrics / queueing / headline / tables):
+- Everything per (rank, step) — step_metrics, a collective's queued time behind its own rank's
+  earlier ones, attributed exposed time — needs one rank's events only, so a partition of whole
+  ranks gives the whole run's rows for its ranks.
+- One number crosses ranks: a collective's last launch over all ranks (``joined``: when service
+  can start). Pass 1 reads every partition for each collective's (first, last launch, ranks)
+  (queueing.EVENT_KEY, a few numbers per collective); pass 2 computes comm_metrics with it.
+- Means over (rank, step) pairs use the concatenated step_metrics table (one row per rank-step:
+  small), so they are summed in the same order as before; sums over collectives are of
+  integer-valued nanoseconds (exact in any order); medians are exact (analysis.spill).
+- Who launched last (queueing.straggler_table) needs, per collective, how many ranks tied at the
+  last launch: pass 2 counts them per partition; the combine adds the counts and then reads each
+  partition's (rank, collective, launched-last) rows back from scratch files.
+
+Memory: one partition's events (a few million rows) per worker, plus per-collective and per-(rank,
+step) tables; never the run. ``summarize`` returns a SummaryTables the summary view lays out.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from syncviz.analysis.headline import headline, verdict
+from syncviz.analysis import partials as P
+from syncviz.analysis import queueing as Q
+from syncviz.analysis import spill
+from syncviz.analysis.metrics import _ms, headline_steps
+from syncviz.analysis.tables import step_table_of
+from syncviz.trace import read as R
+from syncviz.trace import validate as V
+
+PARTITION_EVENTS = 750_000        # events per partition: ~0.8 GB of pandas working memory per worker
+BYTES_PER_EVENT = 52              # on disk (simulated 1,024-rank ZeRO-3 run: 217 MB for 4.17 M events)
+
+
+@dataclass
+class SummaryTables:
+    """What ``syncviz summary`` prints, computed without holding the run."""
+    path: Path
+    meta: dict
+    layouts: pd.DataFrame
+    problems: list[str]
+    summary: dict                     # headline.run_summary's dict
+    steps: pd.DataFrame               # step_metrics rows (one per rank-step)
+    step_table: pd.DataFrame          # tables.step_table
+    bucket_table: pd.DataFrame        # tables.bucket_layout_table of headline bucket rows
+    collective_table: pd.DataFrame    # tables.collective_table of headline collective rows
+    offload: pd.DataFrame             # metrics.offload_table over headline steps
+    incomplete_ranks: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.path.name
+
+
+def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) -> list[dict[int, Path]]:
+    """Consecutive ranks grouped so that each group holds about ``target_events`` events (by size)."""
+    out, cur, size = [], {}, 0
+    for rank, path in files.items():
+        try:
+            n = path.stat().st_size
+        except OSError:
+            n = 0
+        if cur and size + n > target_events * BYTES_PER_EVENT:
+            out.append(cur)
+            cur, size = {}, 0
+        cur[rank] = path
+        size += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None) -> SummaryTables:
+    """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
+    process). Raises TraceError like read.open_run."""
+    run_dir = Path(run_dir)
+    meta = R.read_meta(run_dir)
+    files = R.rank_files(run_dir)
+    if not files:
+        raise R.TraceError(f"{run_dir}: no rank-<r>.arrow files (the run recorded nothing)")
+    mproblems = V.check_meta(meta, list(files))
+    mproblems += [f"{p.name}: rank number out of range; ignored" for p in run_dir.glob("rank-*.arrow")
+                  if R._RANK_RE.match(p.name) and int(R._RANK_RE.match(p.name).group(1)) >= V.MAX_WORLD][:3]
+    parts = partitions(files, target_events)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(parts)))
+    say = progress or (lambda msg: None)
+    pool = _pool(jobs)
+    try:
+        return _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say) -> SummaryTables:
+    with tempfile.TemporaryDirectory(prefix="syncviz-summary-") as scratch:
+        say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs} processes")
+        kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
+        problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
+        steps_parts, events, rows = [], None, 0
+        for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)])):
+            problems += r["problems"]
+            incomplete += r["incomplete"]
+            errors += r["errors"]
+            last_step.update(r["last_step"])
+            max_rank = max(max_rank, r["max_rank"])
+            rows += r["rows"]
+            steps_parts.append(r["steps"])
+            events = P.reduce_events([events, r["events"]])
+            say(f"pass 1/2: {i + 1}/{len(parts)} partitions")
+        if errors and not rows:
+            more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
+            raise R.TraceError(errors[0][1] + more)
+        for rank, e in errors:
+            problems.append(f"rank {rank} unreadable, left out: {e}")
+            incomplete.append(rank)
+        world = meta["world_size"]
+        if len(files) < world:
+            have = set(files)
+            missing = [r for r in range(world) if r not in have]
+            shown = ", ".join(map(str, missing[:8])) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
+            problems.append(f"ranks {shown} wrote no file")
+            incomplete.extend(missing[:10_000])
+        incomplete = sorted(set(incomplete))
+        crashed = _unfinished(meta, last_step, incomplete)
+        layouts, lproblems = R.load_layouts(run_dir)
+        problems = ([crashed] if crashed else []) + mproblems + problems + lproblems
+        steps = pd.concat(steps_parts, ignore_index=True) if steps_parts else pd.DataFrame()
+        del steps_parts
+        events = P.combine_events([events])
+        events_path = str(Path(scratch) / "events.pkl")
+        events.to_pickle(events_path)
+        h = headline_steps(steps) if len(steps) else steps
+        hsteps = sorted(int(s) for s in h["step"].unique()) if len(h) else []
+        say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
+        second, skew = [], None
+        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
+                                                   for i, p in enumerate(parts)])):
+            skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
+            second.append(r)
+            say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
+        if pool is not None:
+            pool.shutdown()       # the workers' memory is given back before the combine's medians
+        second[0]["skew"] = skew
+        return _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,
+                        world_size=_world(meta, max_rank))
+
+
+def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second, world_size):
+    s = {"name": meta.get("name") or run_dir.name, "strategy": meta.get("strategy", "?"),
+         "engine": meta.get("engine", "torch"), "world_size": world_size,
+         "steps": int(steps["step"].nunique()) if len(steps) else 0, "headline_steps": hsteps}
+    s.update(headline(h))
+    med = spill.group_medians([r["hw"] for r in second], [], ["busbw_gbps", "service_ns", "queue_ns"])
+    n_hw = sum(r["n_hw"] for r in second)
+    row = med.iloc[0] if len(med) else None
+    s["busbw_gbps"] = float(row["busbw_gbps"]) if n_hw else float("nan")
+    s["service_ms"] = _ms(row["service_ns"]) if n_hw else float("nan")
+    s["queue_ms"] = _ms(row["queue_ns"]) if n_hw else float("nan")
+    s["problems"] = list(problems)
+    table = P.combine_stragglers(second, events)
+    s["stragglers"] = table.to_dict(orient="records")
+    st = Q.straggler(table, world_size, Q.clock_error_bound(meta))
+    s["straggler_detail"] = st
+    s["straggler"] = st["rank"] if st else None
+    late = table["mean_late_ms"].max() if len(table) else 0.0
+    s["max_mean_late_ms"] = float(late) if late == late else 0.0
+    s["max_skew_ms"] = P.combine_skew([r["skew"] for r in second])
+    s["top_exposed"] = P.combine_top_exposed(second)
+    offload = P.combine_offload(second)
+    s["offload_ms"] = float(offload["ms_per_step"].sum()) if len(offload) else 0.0
+    s["verdict"] = verdict(s)
+    busbw = spill.group_medians([r["step_busbw"] for r in second], ["step"], ["busbw_gbps"])
+    step_tab = step_table_of(steps, busbw["busbw_gbps"] if len(busbw) else np.nan) if len(steps) else \
+        pd.DataFrame(columns=["step"])
+    return SummaryTables(path=run_dir, meta=meta, layouts=layouts, problems=list(problems), summary=s, steps=steps,
+                         step_table=step_tab, bucket_table=P.combine_buckets(second, layouts),
+                         collective_table=P.combine_collectives(second), offload=offload,
+                         incomplete_ranks=incomplete)
+
+
+def _world(meta: dict, max_rank: int) -> int:
+    w = meta.get("world_size")
+    if isinstance(w, int) and not isinstance(w, bool) and 0 < w <= V.MAX_WORLD:
+        return w
+    return max_rank + 1 if max_rank >= 0 else 0
+
+
+def _unfinished(meta: dict, last: dict, incomplete: list[int]) -> str | None:
+    """read._unfinished from each rank's last step (partitions never hold the whole table)."""
+    if meta.get("finished", True) is not False:
+        return None
+    where = "; ".join(f"rank {r} " + (f"after step {last[r]}" if r in last else "before its first step")
+                      for r in (incomplete or sorted(last))[:8])
+    return f"run did not finish (crashed, stopped, or still recording): {where}"
+
+
+def _pool(jobs: int):
+    # spawn, not fork: the parent has pyarrow's thread pools running, and a forked child can
+    # inherit a held lock from them.
+    if jobs <= 1:
+        return None
+    import multiprocessing as mp
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+
+
+def _map(pool, fn, args):
+    if pool is None:
+        return (fn(*a) for a in args)
+    return pool.map(fn, *zip(*args)) if args else iter(())

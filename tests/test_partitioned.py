@@ -1,0 +1,128 @@
+"""The partitioned summary (analysis.partitioned, `syncviz summary`'s default) against the whole-run
+path (`syncviz summary --whole`, load_run + the analysis functions), number by number: on every
+frozen fixture and on fresh simulated multi-rank runs (DDP with a straggler, ZeRO-3 collectives),
+partitioned one rank per partition so every cross-rank combination is exercised."""
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from syncviz.analysis.partitioned import partitions, summarize
+from syncviz.cli import cli
+from syncviz.trace import TraceError, load_run
+from syncviz.trace import read as R
+from syncviz.views.summary import print_summary, whole_run_tables
+
+DATA = Path(__file__).parent / "data"
+FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "run.json").exists())
+
+
+def _same(a, b, path="") -> list[str]:
+    """Exact equality (NaN equals NaN); floats must be the same double, not close."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}: keys {sorted(set(a) ^ set(b))}"] if set(a) != set(b) else []
+        return out + [d for k in set(a) & set(b) for d in _same(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _same(x, y, f"{path}[{i}]")]
+    if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating, int, np.integer)):
+        return [] if (math.isnan(a) and math.isnan(float(b))) or float(a) == float(b) else [f"{path}: {a!r} vs {b!r}"]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+def _frame(a: pd.DataFrame, b: pd.DataFrame, what: str):
+    if not len(a) and not len(b):
+        return
+    pd.testing.assert_frame_equal(a, b, check_exact=True, check_dtype=False, check_index_type=False,
+                                  check_column_type=False, check_categorical=False, obj=what)
+
+
+def _text(tables) -> str:
+    buf = io.StringIO()
+    print_summary(tables, Console(file=buf, width=130, color_system=None))
+    return buf.getvalue()
+
+
+def _compare(run_dir: Path, jobs: int = 1):
+    try:
+        old = whole_run_tables(load_run(run_dir))
+    except TraceError as e:             # nothing usable: the same one line from both paths
+        with pytest.raises(TraceError) as got:
+            summarize(run_dir, jobs=jobs, target_events=1)
+        assert str(got.value) == str(e)
+        return None, None
+    new = summarize(run_dir, jobs=jobs, target_events=1)       # one rank per partition
+    diffs = _same(new.summary, old.summary)
+    assert not diffs, f"{len(diffs)} numbers differ, e.g. {diffs[:5]}"
+    _frame(new.steps, old.steps, "step_metrics")
+    _frame(new.step_table, old.step_table, "step_table")
+    _frame(new.bucket_table, old.bucket_table, "bucket_layout_table")
+    _frame(new.collective_table, old.collective_table, "collective_table")
+    if old.summary.get("offload_ms"):
+        _frame(new.offload, old.offload, "offload_table")
+    assert new.problems == old.problems and new.incomplete_ranks == old.incomplete_ranks
+    assert _text(new) == _text(old)
+    return old, new
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_fixture_same_numbers(fixture):
+    _compare(DATA / fixture)
+
+
+def _simulate(tmp_path: Path, name: str, *args: str) -> Path:
+    out = tmp_path / name
+    r = CliRunner().invoke(cli, ["simulate", *args, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_simulated_ddp_straggler_same_numbers(tmp_path):
+    run = _simulate(tmp_path, "ddp", "--model", "gpt2-medium", "--world-size", "6", "--steps", "5",
+                    "--straggler", "2:0.3", "--seed", "3")
+    old, new = _compare(run)
+    assert len(R.rank_files(run)) == 6 and len(partitions(R.rank_files(run), 1)) == 6
+    assert old.summary["straggler"] == 2 and old.summary["stragglers"]      # the cross-rank numbers are there
+    assert len(old.bucket_table) > 1
+
+
+def test_simulated_zero3_same_numbers_in_worker_processes(tmp_path):
+    """ZeRO-3: all-gathers and reduce-scatters (collective rows, the collective table); two worker
+    processes, as `syncviz summary` runs by default."""
+    run = _simulate(tmp_path, "z3", "--model", "gpt2-medium", "--world-size", "4", "--steps", "3",
+                    "--strategy", "zero3", "--grad-ready", "bucket")
+    old, new = _compare(run, jobs=2)
+    assert len(old.collective_table)
+
+
+def test_damaged_rank_named_and_rest_summarized(tmp_path):
+    run = _simulate(tmp_path, "d", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
+    data = (run / "rank-1.arrow").read_bytes()
+    (run / "rank-1.arrow").write_bytes(data[: len(data) // 2])     # truncated: rank 1 stops mid-run
+    old, new = _compare(run)
+    assert any("rank 1 incomplete" in p for p in new.problems)
+
+
+def test_nothing_usable_is_one_line(tmp_path):
+    run = _simulate(tmp_path, "e", "--model", "gpt2-medium", "--world-size", "2", "--steps", "2")
+    for p in run.glob("rank-*.arrow"):
+        p.write_bytes(b"not arrow")
+    with pytest.raises(TraceError):
+        summarize(run, jobs=1)
+    r = CliRunner().invoke(cli, ["summary", str(run)])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+
+
+def test_summary_command_default_and_whole_print_the_same(tmp_path):
+    run = _simulate(tmp_path, "c", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
+    a = CliRunner().invoke(cli, ["summary", str(run)])
+    b = CliRunner().invoke(cli, ["summary", "--whole", str(run)])
+    assert a.exit_code == 0 and b.exit_code == 0 and a.output == b.output and "Verdict" in a.output
