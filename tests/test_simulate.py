@@ -166,6 +166,20 @@ def test_jitter_gives_skew_and_a_straggler():
 
 # ---------------------------------------------------------------------- the written trace
 
+@pytest.mark.parametrize("fork", [True, False])
+def test_parallel_writers_fork_or_forkserver_write_the_same(tmp_path, monkeypatch, fork):
+    """Workers fork only while no thread started since import (else a fresh forkserver, which
+    gets the job pickled): both write what one process writes."""
+    monkeypatch.setattr(ST, "_fork_safe", lambda: fork)
+    tl = SC.Timeline(two_tensor_profile(), cfg(world_size=3, steps=4, jitter=SC.Jitter(seed=3)))
+    meta = {"schema": S.SCHEMA_VERSION, "name": "t", "world_size": 3}
+    ST.write(tmp_path / "one", tl, meta, workers=1)
+    ST.write(tmp_path / "two", tl, meta, workers=2)
+    a, b = load_run(tmp_path / "one"), load_run(tmp_path / "two")
+    cols = list(S.EVENT_COLUMNS) + ["rank"]
+    assert len(a.events) and a.events[cols].astype(str).equals(b.events[cols].astype(str))
+
+
 def test_written_trace_reads_back_as_plain_columns(tmp_path):
     tl = SC.Timeline(two_tensor_profile(), cfg(world_size=3, steps=9, jitter=SC.Jitter(seed=2)))
     meta = {"schema": S.SCHEMA_VERSION, "name": "t", "world_size": 3}
