@@ -59,12 +59,7 @@ def main() -> None:
     except KeyboardInterrupt:        # Ctrl-C reaches every rank: the launcher says it once
         sys.exit(130)
     finally:
-        rec.close(finished=finished)
-        # A script that ends right after its last collective can leave gloo's worker threads still
-        # releasing Python objects; if finalization starts first the rank aborts ("terminate called
-        # without an active exception") after a perfectly good run. quiesce.py has the evidence.
-        from syncviz.record.quiesce import quiesce
-        quiesce()
+        rec.close(finished=finished)     # which also lets gloo's threads finish (record/quiesce.py)
 
 
 def _main_recorded() -> None:

@@ -13,7 +13,8 @@ the group's destructor (which would join the workers) never runs before finaliza
 
 Measured with 3 busy loops on the 2 cores (the CI machine's load while the suite runs): the plain
 PowerSGD workload aborted at exit in 3 of 15 runs; with a barrier before exit 2 of 25; with gc.collect
-7 of 15; with quiesce() 0 of 40.
+7 of 15; with quiesce() 0 of 40. Recorder.close() calls it, so every traced process gets it (a
+user-launched rank traced with syncviz.instrument() aborted this way once in a full test run).
 """
 from __future__ import annotations
 

@@ -375,3 +375,8 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self.write_meta(finished=finished)
         for cb in self._close_callbacks:
             cb(self)
+        # After the last step gloo's threads may still be releasing its Python objects; if the
+        # process ends first it aborts (record/quiesce.py). close() is the one point every way of
+        # tracing passes after the last step: `syncviz trace`, syncviz.tracing(), instrument().
+        from syncviz.record.quiesce import quiesce
+        quiesce()
