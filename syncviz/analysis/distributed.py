@@ -12,6 +12,7 @@ from syncviz.analysis.metrics import busbw_factor, comm_metrics, headline_steps,
 from syncviz.analysis.tables import exposed_intervals
 from syncviz.analysis.timeline import collective_parts
 from syncviz.trace import schema as S
+from syncviz.analysis.columns import as_str
 
 BREAKDOWN = ("computation_ns", "overlapped_ns", "communication_ns", "waiting_ns", "other_ns")
 
@@ -81,8 +82,8 @@ def collective_kinds(events: pd.DataFrame, steps: pd.DataFrame | None = None,
         return pd.DataFrame(columns=cols)
     comm = comm[wire_mask(comm)]
     n = max(1, len(h))                       # (rank, step) pairs
-    factor = np.array([busbw_factor(o, int(g)) for o, g in zip(comm["op"].astype(str), comm["group_size"])])
-    f = pd.DataFrame({"op": comm["op"].astype(str).replace("", "other").to_numpy(),
+    factor = np.array([busbw_factor(o, int(g)) for o, g in zip(as_str(comm["op"]), comm["group_size"])])
+    f = pd.DataFrame({"op": as_str(comm["op"]).replace("", "other").to_numpy(),
                       "rank": comm["rank"].to_numpy(), "step": comm["step"].to_numpy(),
                       "bytes": comm["bytes"].to_numpy(dtype=float), "bus_bytes": comm["bytes"].to_numpy(dtype=float) * factor,
                       "time_ns": comm["duration_ns"].to_numpy(dtype=float)})

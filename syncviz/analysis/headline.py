@@ -27,6 +27,7 @@ from syncviz.analysis.intervals import wire_mask
 from syncviz.analysis.metrics import _ms, comm_metrics, headline_steps, offload_table, step_metrics
 from syncviz.trace import Run
 from syncviz.trace import schema as S
+from syncviz.analysis.columns import as_str
 
 HEADLINE_AGGREGATE = "mean over ranks and headline steps"
 _MEAN_COLUMNS = ("step", "forward", "backward", "optimizer", "eval", "compute", "comm_busy", "overlapped", "exposed")
@@ -99,8 +100,8 @@ def top_exposed(comm: pd.DataFrame, n: int = 5) -> list[dict]:
 
 def exposed_by_identity(comm: pd.DataFrame) -> pd.DataFrame:
     """top_exposed's sums per collective identity, in order of first appearance (index ``_k``)."""
-    key = comm["bucket"].where(comm["kind"] == S.BUCKET, -1).astype(str) + "|" + comm["name"].astype(str) \
-        + "|" + comm["kind"].astype(str)
+    key = as_str(comm["bucket"].where(comm["kind"] == S.BUCKET, -1)) + "|" + as_str(comm["name"]) \
+        + "|" + as_str(comm["kind"])
     g = comm.assign(_k=key).groupby("_k", sort=False)
     return g.agg(kind=("kind", "first"), bucket=("bucket", "first"), name=("name", "first"),
                  op=("op", "first"), bytes=("bytes", "max"), exposed_ns=("exposed_ns", "sum"),

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.trace import schema as S
+from syncviz.analysis.columns import as_str
 
 # Suffix of a collective row's name when the calling thread blocked until it finished (written by
 # syncviz.record.collectives, which defines the same literal; analysis imports no torch).
@@ -87,7 +88,7 @@ def compute_intervals(events: pd.DataFrame) -> pd.DataFrame:
         bwd.loc[has, "end_ns"] = bwd.loc[has, "last_ready"].astype(np.int64)
         bwd = bwd.drop(columns="last_ready")
     out = pd.concat([fwd, bwd, opt], ignore_index=True)
-    out["kind"] = out["kind"].astype(str)
+    out["kind"] = as_str(out["kind"])
     out = _valid_intervals(out)
     blocked = blocking_rows(ev)
     if len(blocked) and len(out):
@@ -110,7 +111,7 @@ def blocking_rows(events: pd.DataFrame) -> pd.DataFrame:
     coll = events[events["kind"] == S.COLLECTIVE]
     if not len(coll):
         return coll
-    return _valid_intervals(coll[coll["name"].astype(str).str.endswith(BLOCKING)])
+    return _valid_intervals(coll[as_str(coll["name"]).str.endswith(BLOCKING)])
 
 
 def subtract_intervals(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

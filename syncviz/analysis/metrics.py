@@ -41,6 +41,7 @@ from syncviz.analysis.intervals import (Coverage, _groups, _valid_intervals, com
 from syncviz.analysis import queueing as Q
 from syncviz.trace import Run
 from syncviz.trace import schema as S
+from syncviz.analysis.columns import as_str
 
 NS = 1e-9
 
@@ -59,7 +60,7 @@ def busbw_factor(op: str, n: int) -> float:
 
 
 def _busbw_factors(ops: pd.Series, n: pd.Series) -> np.ndarray:
-    ops = ops.astype(str).to_numpy()
+    ops = as_str(ops).to_numpy()
     n = n.to_numpy().astype(float)
     nn = np.maximum(n, 1.0)
     f = np.ones(len(ops))
@@ -145,7 +146,7 @@ def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: p
             "group_size", "layout", "phase", "ready_ns", "hook_ns", "launch_ns", "start_ns", "end_ns"]
     rows = rows[cols]
     for c in ("kind", "op", "phase"):
-        rows[c] = rows[c].astype(str)
+        rows[c] = as_str(rows[c])
     # Queueing and exposed attribution need every comm row of a rank (its stream), so they are
     # computed before the kinds filter.
     times = Q.collective_times(rows, joined)
@@ -178,7 +179,7 @@ def skew(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,)) -> pd.DataFrame:
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
     rows = comm_rows(ev)
     rows = rows[rows["kind"].isin(kinds)].copy()
-    rows["kind"] = rows["kind"].astype(str)
+    rows["kind"] = as_str(rows["kind"])
     keys = ["step", "micro", "kind", "bucket", "name"]
     if not len(rows):
         return pd.DataFrame(columns=keys + ["ranks", "launch_min_ns", "launch_max_ns", "skew_ns",
@@ -279,5 +280,5 @@ def offload_table(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataFrame
         steps = all_steps[1:] if len(all_steps) > 1 else all_steps
     off = off[off["step"].isin(list(steps))]
     n = ev[ev["step"].isin(list(steps)) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups or 1
-    g = off.assign(ms=(off["end_ns"] - off["start_ns"]) / 1e6, name=off["name"].astype(str)).groupby("name")
+    g = off.assign(ms=(off["end_ns"] - off["start_ns"]) / 1e6, name=as_str(off["name"])).groupby("name")
     return pd.DataFrame({"ms_per_step": g["ms"].sum() / n, "calls_per_step": g.size() / n}).reset_index()

@@ -17,6 +17,7 @@ from syncviz.analysis.metrics import _ms, comm_metrics, step_metrics
 from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
 from syncviz.trace import read as R
 from syncviz.trace import schema as S
+from syncviz.analysis.columns import as_str
 
 SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
 _EVENTS: dict[str, pd.DataFrame] = {}        # per worker process: the run's collectives (pass 2)
@@ -111,7 +112,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
         out["hw"] = spill.write_piece(scratch, f"hw-{tag}", hw, [], ["busbw_gbps", "service_ns", "queue_ns"])
         out["step_busbw"] = spill.write_piece(scratch, f"sb-{tag}", wire, ["step"], ["busbw_gbps"])
         if len(hw):
-            sk = hw.assign(name=hw["name"].astype(str)).groupby(SKEW_KEY, observed=True)["launch_ns"]
+            sk = hw.assign(name=as_str(hw["name"])).groupby(SKEW_KEY, observed=True)["launch_ns"]
             out["skew"] = pd.DataFrame({"lo": sk.min(), "hi": sk.max()})
             out["exposed"] = exposed_by_identity(hw)
             out["exposed_total"] = int(hw["exposed_ns"].sum())
@@ -133,7 +134,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     off = off[(off["end_ns"] >= off["start_ns"]) & (off["start_ns"] >= 0)]
     off = off[off["step"].isin(hsteps)]
     if len(off):
-        out["offload"] = pd.DataFrame({"name": off["name"].astype(str).to_numpy(),
+        out["offload"] = pd.DataFrame({"name": as_str(off["name"]).to_numpy(),
                                        "ms": ((off["end_ns"] - off["start_ns"]) / 1e6).to_numpy()})
     out["offload_n"] = ev[ev["step"].isin(hsteps) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups
     return out

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis.intervals import Coverage, _groups, wire_mask
+from syncviz.analysis.columns import as_str
 
 TIME_COLUMNS = ["joined_ns", "service_start_ns", "queue_ns", "queued_ns", "wait_peers_ns", "service_ns"]
 
@@ -56,7 +57,7 @@ def occurrences(comm: pd.DataFrame) -> pd.DataFrame:
     ties in frame order, with ``occurrence``: how many calls of the same identity the rank made
     before. Per rank only, so a partition of whole ranks numbers its rows as the whole run does."""
     c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "end_ns"]].copy()
-    c["kind"], c["name"] = c["kind"].astype(str), c["name"].astype(str)
+    c["kind"], c["name"] = as_str(c["kind"]), as_str(c["name"])
     c["launch"] = c["launch_ns"].to_numpy(dtype=float)
     c = c.sort_values(["rank", "launch"], kind="stable")
     c["occurrence"] = c.groupby(["rank"] + EVENT_KEY[:-1], observed=True).cumcount()
@@ -146,7 +147,7 @@ def straggler_table(comm: pd.DataFrame) -> pd.DataFrame:
     if not len(comm):
         return pd.DataFrame(columns=cols)
     c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns"]].copy()
-    c["kind"], c["name"] = c["kind"].astype(str), c["name"].astype(str)
+    c["kind"], c["name"] = as_str(c["kind"]), as_str(c["name"])
     key = ["step", "micro", "kind", "bucket", "name"]
     c = c.sort_values(["rank", "launch_ns"], kind="stable")
     c["occ"] = c.groupby(["rank"] + key, observed=True).cumcount()

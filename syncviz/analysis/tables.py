@@ -12,6 +12,7 @@ from syncviz.analysis.intervals import (_groups, comm_rows, compute_intervals, m
                                         subtract_intervals, wire_mask)
 from syncviz.analysis.metrics import (NS, _ms, bucket_metrics, busbw_factor, comm_metrics,  # noqa: F401
                                       headline_steps, skew, step_metrics)
+from syncviz.analysis.columns import as_str
 
 
 # ------------------------------------------------------------- tables across ranks (exports)
@@ -193,7 +194,7 @@ def rank_lanes(run_or_events: Run | pd.DataFrame, stats=("min", "median", "max")
         f["rank"] = i
         frames.append(f)
     out = pd.concat(frames, ignore_index=True)
-    out["kind"] = out["kind"].astype(str)
+    out["kind"] = as_str(out["kind"])
     return out
 
 
@@ -217,7 +218,7 @@ def bucket_map(layouts: pd.DataFrame) -> pd.DataFrame:
                                      "bytes", "start_byte", "moved"])
     lay = layouts[layouts["rank"] == layouts["rank"].min()] if "rank" in layouts else layouts
     lay = lay.sort_values(["layout", "bucket", "offset"]).reset_index(drop=True)
-    itemsize = lay["dtype"].astype(str).str.replace("torch.", "", regex=False).map(_ITEMSIZE).fillna(4)
+    itemsize = as_str(lay["dtype"]).str.replace("torch.", "", regex=False).map(_ITEMSIZE).fillna(4)
     lay["bytes"] = lay["numel"] * itemsize
     lay["start_byte"] = lay["offset"] * itemsize
     home = lay[lay["layout"] == lay["layout"].min()].set_index("param")["bucket"]
@@ -240,7 +241,7 @@ def op_bytes_per_step(run_or_events: Run | pd.DataFrame, steps=None) -> pd.DataF
     if steps is None and len(all_steps) > 1:
         wire = wire[wire["step"] > all_steps[0]]
     n = wire.groupby(["rank", "step"]).ngroups
-    wire = wire.assign(op=wire["op"].astype(str))
+    wire = wire.assign(op=as_str(wire["op"]))
     per_pair = wire.groupby(["rank", "step", "op"]).size().unstack("op").fillna(0)   # calls per (rank, step)
     g = wire.groupby("op")
     return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n, "count_per_step": g.size() / n,

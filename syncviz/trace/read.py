@@ -15,6 +15,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from syncviz.trace import schema as S
 from syncviz.trace import validate as V
@@ -255,9 +256,17 @@ def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> 
 def events_frame(table: pa.Table) -> pd.DataFrame:
     """The event table as pandas, repeated strings as categoricals (schema.CATEGORICAL_COLUMNS):
     every reader types a run the same way."""
+    # Dictionary-encoded in Arrow first (one chunk: a run has one batch per rank-step, 32,000 at 1M
+    # events): 0.33 s against 1.0 s for pandas' astype on 1.15M rows (measured). Categories sorted, as
+    # astype("category") sorts them: groupbys on these columns list groups in that order.
+    table = table.combine_chunks()
+    for col in S.CATEGORICAL_COLUMNS:
+        table = table.set_column(table.schema.get_field_index(col), col, pc.dictionary_encode(table.column(col)))
     events = table.to_pandas()
     for col in S.CATEGORICAL_COLUMNS:
-        events[col] = events[col].astype("category")
+        cats = events[col].cat.categories
+        if not cats.is_monotonic_increasing:
+            events[col] = events[col].cat.reorder_categories(cats.sort_values())
     return events
 
 

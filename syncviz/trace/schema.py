@@ -94,7 +94,7 @@ EVENT_SCHEMA = pa.schema([
 EVENT_COLUMNS = tuple(EVENT_SCHEMA.names)
 # Columns of few distinct values that every reader (load_run, the dashboard) holds as pandas
 # categoricals: one list, so a run is typed the same everywhere.
-CATEGORICAL_COLUMNS = ("kind", "op", "phase")
+CATEGORICAL_COLUMNS = ("kind", "op", "phase", "name", "dtype")
 
 # Defaults used for missing values and for columns an older minor version did not write.
 EVENT_DEFAULTS = {
