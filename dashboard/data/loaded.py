@@ -180,19 +180,29 @@ class LoadedRun:
         from syncviz.views import compare as CMP
         return self._cached("comparison", lambda: CMP.run_comparison(self.run(), self.whole_steps()))
 
+    # The replay tables of the whole run, in step order: slices of the analysed blocks once the
+    # background analysis has done them all, else the whole-run analysis at once. Same rows and
+    # numbers either way (every metric of a step depends on that step's rows only; tests check it),
+    # but at 1.15M events one whole-run call costs a third to a half of analysing its 30 blocks
+    # (steps 0.33 s against 1.6 s, bucket rows 1.35 s against 2.9 s, lateness 0.25 s against
+    # 0.96 s of CPU, measured): a page opened before the blocks are done takes the whole-run path.
+    def _step_ordered(self, key: str, whole: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        if self.blocks.done:
+            return self.blocks.table(key)
+        return whole().sort_values("step", kind="stable").reset_index(drop=True)
+
     def step_table(self) -> pd.DataFrame:
-        return self._cached("steps", lambda: self.blocks.table("steps"))
+        return self._cached("steps", lambda: self._step_ordered("steps", self.whole_steps))
 
     def bucket_table(self) -> pd.DataFrame:
         def build():   # comm_metrics of whole steps (queue and exposed depend only on the step): the bucket rows
-            comm = self.blocks.table("comm")
+            comm = self._step_ordered("comm", self.whole_comm)
             return comm[comm["kind"] == S.BUCKET].reset_index(drop=True)
         return self._cached("buckets", build)
 
     def rank_skew(self) -> pd.DataFrame:
-        # from the lateness table of the blocks (the same rows and numbers as A.rank_step_skew of the
-        # whole run), so the Ratios page does not build the whole-run events frame for it
-        return self._cached("rank_skew", lambda: A.lateness_matrix(self.blocks.table("lateness")))
+        return self._cached("rank_skew", lambda: A.lateness_matrix(
+            self._step_ordered("lateness", lambda: A.launch_lateness(self.run().events))))
 
     def time_split(self) -> dict:
         # the same numbers from either step table; the whole-run one when a page already made it

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis.intervals import subtract_intervals, wire_mask
-from syncviz.analysis.metrics import busbw_factor, comm_metrics, headline_steps, step_metrics
+from syncviz.analysis.metrics import _busbw_factors, comm_metrics, headline_steps, step_metrics
 from syncviz.analysis.tables import exposed_intervals
 from syncviz.analysis.timeline import collective_parts
 from syncviz.trace import schema as S
@@ -82,7 +82,7 @@ def collective_kinds(events: pd.DataFrame, steps: pd.DataFrame | None = None,
         return pd.DataFrame(columns=cols)
     comm = comm[wire_mask(comm)]
     n = max(1, len(h))                       # (rank, step) pairs
-    factor = np.array([busbw_factor(o, int(g)) for o, g in zip(as_str(comm["op"]), comm["group_size"])])
+    factor = _busbw_factors(comm["op"], comm["group_size"])   # busbw_factor, vectorized
     f = pd.DataFrame({"op": as_str(comm["op"]).replace("", "other").to_numpy(),
                       "rank": comm["rank"].to_numpy(), "step": comm["step"].to_numpy(),
                       "bytes": comm["bytes"].to_numpy(dtype=float), "bus_bytes": comm["bytes"].to_numpy(dtype=float) * factor,
