@@ -60,12 +60,12 @@ def busbw_factor(op: str, n: int) -> float:
 
 
 def _busbw_factors(ops: pd.Series, n: pd.Series) -> np.ndarray:
-    ops = as_str(ops).to_numpy()
+    ops = as_str(ops)   # compared in Arrow: an object array per row cost 0.24 s at 1M rows
     n = n.to_numpy().astype(float)
     nn = np.maximum(n, 1.0)
     f = np.ones(len(ops))
-    ar = ops == "all_reduce"
-    rs = np.isin(ops, ("reduce_scatter", "all_gather", "all_to_all"))
+    ar = (ops == "all_reduce").to_numpy(dtype=bool, na_value=False)
+    rs = ops.isin(("reduce_scatter", "all_gather", "all_to_all")).to_numpy(dtype=bool, na_value=False)
     f[ar] = 2.0 * (nn[ar] - 1) / nn[ar]
     f[rs] = (nn[rs] - 1) / nn[rs]
     return f
