@@ -176,6 +176,28 @@ def test_background_blocks_cover_the_run(store):
     assert run.step_table() is steps
 
 
+def test_whole_run_tables_same_from_whole_analysis_and_from_blocks(root):
+    """A page opened before the background blocks are done gets its tables (steps, bucket rows,
+    lateness matrix) from one whole-run analysis; once the blocks are done, from their slices. The
+    two must be the same frames, row order included."""
+    from syncviz.dashboard.data.store import RunStore
+    run = RunStore(root).get("synth8")
+    assert not run.analysed
+    early = run.step_table(), run.bucket_table(), run.rank_skew()
+    run.analyse_in_background()
+    deadline = time.monotonic() + 60
+    while not run.analysed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run.analysed
+    for key in ("steps", "buckets", "rank_skew"):
+        run._cache.pop(key)
+    late = run.step_table(), run.bucket_table(), run.rank_skew()
+    assert late[0] is not early[0]
+    for a, b in zip(early, late):
+        pd.testing.assert_frame_equal(a, b)
+    assert list(early[0]["step"]) == sorted(early[0]["step"])
+
+
 def test_live_run_grows_as_steps_are_flushed(tmp_path):
     """Live: a run still being written (streams open, run.json not finished) is re-read when a rank
     flushes a step, and the replay's live callback extends the slider and follows the new step."""
