@@ -5,7 +5,9 @@ all-gathers)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
+from syncviz.dashboard.figures.timeline import lateness_figure
 from syncviz import analysis as A
 from syncviz.trace import load_run, new_meta, write_run
 from syncviz.trace import schema as S
@@ -122,3 +124,51 @@ def test_bucket_map_hover_gives_each_parameters_own_size(tmp_path):
     sizes = [round(c[5], 6) for c in t["customdata"]]
     assert sorted(sizes) == [2.0, 4.0]          # fc1.weight 500k floats, fc2.weight 1M floats, in MB
     assert np.allclose(sorted(t["y"]), [2.0, 4.0])
+
+
+def zero3_ranks_run(path, late_rank=2, late_ms=3.0, world=3, steps=2):
+    """ZeRO-3-like steps on ``world`` ranks (no buckets): per step two all-gathers, a
+    reduce-scatter, a third all-gather; ``late_rank`` launches every collective ``late_ms`` late."""
+    per_rank = {}
+    for r in range(world):
+        d = late_ms if r == late_rank else 0.0
+        evs = []
+        for s in range(steps):
+            t = 100.0 * s
+            evs += [ev("step", t, t + 60, step=s), ev("forward", t, t + 20, step=s), ev("backward", t + 20, t + 50, step=s),
+                    ev("collective", t + 1 + d, t + 6 + d, step=s, op="all_gather", nbytes=1000),
+                    ev("collective", t + 8 + d, t + 12 + d, step=s, op="all_gather", nbytes=1000),
+                    ev("collective", t + 22 + d, t + 40 + d, step=s, op="reduce_scatter", nbytes=2000),
+                    ev("collective", t + 25 + d, t + 30 + d, step=s, op="all_gather", nbytes=1000)]
+        for e in evs:
+            e["group_size"] = world
+        per_rank[r] = [columns(evs)]
+    meta = new_meta(path.name, world, strategy="zero3", backend="gloo", device="cpu")
+    return write_run(path, meta, per_rank)
+
+
+def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path):
+    """A step without gradient buckets (ZeRO-3) gets lateness per collective: the n-th all-gather of
+    each rank meets the n-th of the others, the late rank is late by exactly its delay on every
+    one, and it is the straggler the replay labels. A step alone gives the same rows."""
+    run = load_run(zero3_ranks_run(tmp_path / "z3"))
+    assert not len(A.launch_lateness(run))           # no buckets: the bucket-only table is empty
+    late = A.sync_lateness(run)
+    assert len(late) == 3 * 2 * 4
+    assert sorted(late["label"].unique()) == ["all_gather #0", "all_gather #1", "all_gather #3", "reduce_scatter #2"]
+    by_rank = late.groupby("rank")["late_ns"]
+    assert by_rank.min()[2] == by_rank.max()[2] == 3_000_000 and by_rank.max()[0] == by_rank.max()[1] == 0
+    steps = A.step_metrics(run)
+    assert A.latest_launcher(late) == 2
+    assert any("straggler" in " ".join(roles) and r == 2 for r, roles in A.representative_ranks(steps, late))
+    alone = A.sync_lateness(run.events[run.events["step"] == 1]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(alone, late[late["step"] == 1].reset_index(drop=True))
+    fig = lateness_figure(late[late["step"] == 1], "per rank and {what}")
+    assert fig["layout"]["title"]["text"] == "per rank and collective"
+    assert fig["layout"]["xaxis"]["ticktext"] == ["all_gather #0", "all_gather #1", "reduce_scatter #2", "all_gather #3"]
+    assert fig["data"][0]["z"][2] == [3.0, 3.0, 3.0, 3.0]
+
+
+def test_sync_lateness_is_launch_lateness_on_ddp(tmp_path):
+    run = load_run(make_ddp_run(tmp_path / "ddp", steps=3, world=3, straggler=1, straggle_ms=2.0))
+    pd.testing.assert_frame_equal(A.sync_lateness(run).drop(columns="label"), A.launch_lateness(run))

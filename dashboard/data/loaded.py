@@ -202,7 +202,7 @@ class LoadedRun:
 
     def rank_skew(self) -> pd.DataFrame:
         return self._cached("rank_skew", lambda: A.lateness_matrix(
-            self._step_ordered("lateness", lambda: A.launch_lateness(self.run().events))))
+            self._step_ordered("lateness", lambda: A.sync_lateness(self.run().events))))
 
     def time_split(self) -> dict:
         # the same numbers from either step table; the whole-run one when a page already made it

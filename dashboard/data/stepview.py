@@ -30,7 +30,7 @@ ANALYSES: dict[str, Callable] = {
     "exposed": lambda ev, get: A.exposed_intervals(ev),
     "steps": lambda ev, get: A.step_metrics(ev),
     "step_spread": lambda ev, get: A.rank_spread(get("steps"), SPREAD_COLUMNS),
-    "lateness": lambda ev, get: A.launch_lateness(ev),
+    "lateness": lambda ev, get: A.sync_lateness(ev),
 }
 SPREAD_COLUMNS = ("step_ns", "comm_busy_ns", "exposed_ns", "overlap_pct", "compute_comm_ratio", "bytes")
 WHOLE_RUN = ("compute", "comm", "exposed", "steps", "step_spread", "lateness")

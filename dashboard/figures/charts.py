@@ -208,14 +208,18 @@ def over_steps_figure(spread: dict[str, pd.DataFrame], live: bool = False) -> di
               "yaxis": {"domain": [0.70, 1.0], "title": {"text": "compute / comm"}, "rangemode": "tozero"},
               "yaxis2": {"domain": [0.36, 0.64], "title": {"text": "overlap %"}, "range": [0, 105]},
               "yaxis3": {"domain": [0.0, 0.30], "title": {"text": "exposed ms"}, "rangemode": "tozero"}}
+    n_steps = max((len(d["x"]) for d in data), default=0)
+    if n_steps <= 20:   # steps are whole numbers: no "step 0.5" tick on a short run
+        layout["xaxis"].update(dtick=1, tick0=0)
     return {"data": data, "layout": layout}
 
 
 def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
-    """Rank × step heatmap of analysis.rank_step_skew (ms late vs the first rank): a straggler is a
-    hot row. Runs with more steps than max_cols show every k-th step (labelled) to stay light."""
+    """Rank × step heatmap of launch lateness (ms late vs the first rank; analysis.lateness_matrix
+    of analysis.sync_lateness: buckets, or every collective in steps without buckets): a straggler
+    is a hot row. Runs with more steps than max_cols show every k-th step (labelled) to stay light."""
     if table is None or not len(table):
-        return empty_figure("no bucket collectives seen on two or more ranks")
+        return empty_figure("no collectives seen on two or more ranks")
     cols = table.columns.to_numpy()
     if len(cols) > max_cols:
         table = table.iloc[:, ::int(np.ceil(len(cols) / max_cols))]
@@ -231,7 +235,7 @@ def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
                       "x": steps, "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
                       "hovertemplate": "rank %{y} · step %{x}<br>launched %{z:.2f} ms after the first rank "
-                                       "(mean over buckets)<extra></extra>"}],
+                                       "(mean over its buckets, or collectives in a step without buckets)<extra></extra>"}],
             "layout": {"title": _title("Launch skew, rank × step: stragglers are hot rows"),
                        "height": int(min(800, max(300, 160 + 10 * len(table)))), "margin": MARGIN,
                        "xaxis": xaxis, "yaxis": yaxis}}

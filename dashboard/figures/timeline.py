@@ -18,10 +18,13 @@ EXPOSED_COLOR = P.EXPOSED
 
 
 def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
-    """Rank × bucket heatmap of launch lateness (analysis.launch_lateness) for one step, in ms:
-    the straggler is the hot row."""
+    """Rank × bucket heatmap of launch lateness (analysis.sync_lateness) for one step, in ms: the
+    straggler is the hot row. A step without buckets (ZeRO-3, FSDP) has a column per collective."""
     if not len(lateness):
-        return empty_figure("no bucket collectives in this step")
+        return empty_figure("no collectives in this step")
+    labelled = "label" in lateness and (lateness["label"] != "").any()
+    what = "collective" if labelled else "bucket"
+    title = title.replace("{what}", what)
     # rank × bucket grid (max over micro-steps), filled with numpy: pivot_table costs ~20 ms here.
     ranks, r_idx = np.unique(lateness["rank"].to_numpy(), return_inverse=True)
     buckets, b_idx = np.unique(lateness["bucket"].to_numpy(), return_inverse=True)
@@ -31,14 +34,19 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
     if len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks])
-    xaxis = {"title": {"text": "bucket"}}
+    names = [str(b) for b in buckets]
+    if labelled:   # "all_gather #3": the collective's op and its place in the step's launch order
+        first = lateness.drop_duplicates("bucket").set_index("bucket")["label"]
+        names = [first.get(b, str(b)) for b in buckets]
+    xaxis = {"title": {"text": what if not labelled else "collective, in order of first launch"}}
     if len(buckets) <= 40:
-        xaxis.update(tickmode="array", tickvals=buckets.tolist(), ticktext=[str(b) for b in buckets])
+        xaxis.update(tickmode="array", tickvals=buckets.tolist(), ticktext=names)
     height = int(min(700, max(260, 140 + 8 * len(ranks))))
-    return {"data": [{"type": "heatmap", "z": z.tolist(), "x": buckets.tolist(),
+    return {"data": [{"type": "heatmap", "z": z.tolist(), "x": buckets.tolist(), "customdata": [names] * len(ranks),
                       "y": ranks.tolist(), "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
-                      "hovertemplate": "rank %{y} · bucket %{x}<br>launched %{z:.2f} ms after the first rank<extra></extra>"}],
+                      "hovertemplate": (f"rank %{{y}} · {what} %{{customdata}}<br>launched %{{z:.2f}} ms after the first rank"
+                                        "<extra></extra>")}],
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
                        "height": height, "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
                        "xaxis": xaxis, "yaxis": yaxis}}

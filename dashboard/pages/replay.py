@@ -132,7 +132,7 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     fig = TL.timeline_figure(view.compute, view.comm, view.exposed, ranks=ranks, labels=labels, t0=t0,
                              params=run.bucket_params(), x_range=run.step_range_ms(step), title=title)
     fig["layout"]["meta"].update({"step": int(step), "lanes": lanes, "source": view.source})
-    late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and bucket (ms after the first rank)")
+    late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and {what} (ms after the first rank)")
             if lanes == "spread" else dash.no_update)
     info = step_cards(view)
     run.analyse_in_background()

@@ -13,6 +13,7 @@ from syncviz.analysis.intervals import (_groups, comm_rows, compute_intervals, m
 from syncviz.analysis.metrics import (NS, _ms, bucket_metrics, busbw_factor, comm_metrics,  # noqa: F401
                                       headline_steps, skew, step_metrics)
 from syncviz.analysis.columns import as_str
+from syncviz.analysis import queueing as Q
 
 
 # ------------------------------------------------------------- tables across ranks (exports)
@@ -175,6 +176,37 @@ def launch_lateness(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows["kind"] == S.BUCKET][["rank", "step", "micro", "bucket", "launch_ns"]]
     first = rows.groupby(["step", "micro", "bucket"], observed=True)["launch_ns"].transform("min")
     return rows.assign(late_ns=rows["launch_ns"] - first).reset_index(drop=True)
+
+
+def sync_lateness(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+    """launch_lateness rows, and for each step without gradient buckets (ZeRO-3 / FSDP, a
+    hand-written loop) the same for every collective on the wire: launch − earliest launch of the
+    same collective among ranks, a collective being matched across ranks as the queueing analysis
+    matches it (queueing.EVENT_KEY: the n-th call of one identity on each rank). There ``bucket``
+    numbers the step's collectives by first launch (0, 1, ...) and ``label`` names them ("all_gather
+    #3"); bucket rows have an empty label. Per step only, so a block of steps and a step alone agree."""
+    ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
+    buckets = launch_lateness(ev).assign(label="")
+    rows = comm_rows(ev)
+    rows = rows[wire_mask(rows) & (rows["kind"] != S.BUCKET)] if len(rows) else rows
+    if len(rows) and len(buckets):
+        rows = rows[~rows["step"].isin(buckets["step"].unique())]
+    if not len(rows):
+        return buckets
+    c = Q.occurrences(rows)
+    c["op"] = as_str(rows["op"]).reindex(c.index).to_numpy()
+    key = Q.EVENT_KEY
+    c["first"] = c.groupby(key, observed=True)["launch_ns"].transform("min")
+    ids = c[key + ["first", "op"]].drop_duplicates(key).sort_values(["step", "first"] + key[1:], kind="stable")
+    ids["ordinal"] = ids.groupby("step").cumcount()
+    c = c.drop(columns="op").merge(ids[key + ["ordinal", "op"]], on=key, how="left")
+    name = np.where(c["op"].to_numpy() == "", c["kind"].to_numpy(), c["op"].to_numpy()).astype(object)
+    out = pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(), "micro": c["micro"].to_numpy(),
+                        "bucket": c["ordinal"].to_numpy(dtype=np.int64), "launch_ns": c["launch_ns"].to_numpy(),
+                        "late_ns": (c["launch_ns"] - c["first"]).to_numpy(),
+                        "label": name + " #" + c["ordinal"].astype(str).to_numpy(object)})
+    out = pd.concat([buckets, out], ignore_index=True) if len(buckets) else out
+    return out.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
 def rank_lanes(run_or_events: Run | pd.DataFrame, stats=("min", "median", "max")) -> pd.DataFrame:

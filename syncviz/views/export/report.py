@@ -34,7 +34,7 @@ def timeline_figure(run: Run, steps: list[int]) -> dict:
     ranks, labels = list(run.ranks), {}
     what = f"{len(ranks)} ranks"
     if len(ranks) > AGGREGATE_ABOVE:
-        picks = A.representative_ranks(A.step_metrics(ev), A.launch_lateness(ev))
+        picks = A.representative_ranks(A.step_metrics(ev), A.sync_lateness(ev))
         ranks = [r for r, _ in picks]
         labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
         what = f"{len(run.ranks)} ranks, shown: fastest, median and slowest step and the straggler"
