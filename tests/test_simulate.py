@@ -216,6 +216,14 @@ def test_simulate_command_preset_and_views(tmp_path):
     assert r.exit_code != 0 and "--overwrite" in r.output
     r = CliRunner().invoke(cli, ["summary", str(out)])
     assert r.exit_code == 0, r.output
+    # compare (and the dashboard's Strategies page) on a simulated run: its run.json "memory" is the
+    # simulator's one prediction for every rank, shown as expected, never as measured
+    r = CliRunner().invoke(cli, ["compare", str(out)])
+    assert r.exit_code == 0, r.output
+    from syncviz.views import compare as CMP
+    mem = CMP.run_comparison(run, A.step_metrics(run))["memory"]
+    assert all(v is None for v in mem["measured"].values()) and mem["per_rank"] == []
+    assert mem["expected"]["params_bytes"] == run.meta["memory"]["params_bytes"] > 0
 
 
 def test_simulate_from_recorded_run(tmp_path, ddp_run):

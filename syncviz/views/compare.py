@@ -150,7 +150,15 @@ def run_comparison(run: Run, steps=None) -> dict:
 
 def memory(run: Run, strategy: str) -> dict:
     """Measured bytes per rank (largest rank) next to torch-expected and textbook."""
-    ranks = [m for m in (run.meta.get("memory") or []) if m]
+    mem = run.meta.get("memory") or []
+    predicted = {}
+    if isinstance(mem, dict):
+        if mem and all(isinstance(v, dict) for v in mem.values()):   # keyed by rank
+            mem = list(mem.values())
+        else:   # one dict for every rank: the simulator's prediction (syncviz simulate), not a measurement
+            predicted = {k: v for k, v in mem.items() if k.endswith("_bytes") and isinstance(v, (int, float))}
+            mem = []
+    ranks = [m for m in mem if isinstance(m, dict) and m]
     keys = ("params_bytes", "grads_bytes", "optimizer_bytes", "params_after_forward_bytes",
             "comm_state_bytes", "peak_allocated_bytes")
     measured = {k: max((m[k] for m in ranks if m.get(k) is not None), default=None) for k in keys}
@@ -165,6 +173,8 @@ def memory(run: Run, strategy: str) -> dict:
         params = (run.meta.get("model") or {}).get("params")
         if params:
             textbook = T.textbook_memory(strategy, params, run.world_size)
+    if predicted and not expected:
+        expected = predicted
     return {"measured": measured, "expected": expected, "textbook": textbook, "per_rank": ranks}
 
 
