@@ -31,6 +31,11 @@ def error_card(message: str, title: str = "Cannot show this run") -> html.Div:
     return html.Div([html.B(title), html.Div(message, className="error-msg")], className="error-card")
 
 
+def note_card(message: str, title: str) -> html.Div:
+    """Not an error: what a page has nothing to show for, and where to look instead."""
+    return html.Div([html.B(title), html.Div(message)], className="note-card")
+
+
 def problem_text(exc: Exception) -> str:
     """One line for an error card; unexpected errors are logged with their traceback."""
     if isinstance(exc, TraceError):

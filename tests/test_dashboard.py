@@ -332,6 +332,16 @@ def test_other_pages_figures(app):
     assert op_bytes["data"][0]["customdata"] == ["2", "6"]              # calls per rank and step: integers
 
 
+def test_buckets_page_on_a_run_without_buckets(app):
+    """ZeRO-3 (hand-built zero3 run): one note saying where its collectives are, not four empty charts
+    each saying "no data"."""
+    from syncviz.dashboard.pages import buckets
+    out = buckets.draw("zero3")
+    assert "No gradient buckets" in str(out[-1]) and "Distributed" in str(out[-1])
+    assert all(f["layout"]["annotations"][0]["text"] == "no gradient buckets in this run" for f in out[:-1])
+    assert buckets.draw("synth8")[-1] is None
+
+
 def test_memory_from_run_json():
     from syncviz.dashboard.figures.charts import memory_figure, memory_of
     assert memory_of({}) is None

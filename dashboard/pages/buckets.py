@@ -46,6 +46,13 @@ def draw(name):
     if not name:
         return [empty_figure("no run selected")] * len(GRAPHS) + [C.run_picker_note(name)]
     try:
+        run = C.store().get(name)
+        if not len(run.bucket_table()) and not len(run.bucket_map()):
+            strategy = run.meta.get("strategy") or "this strategy"
+            note = C.note_card(f"Gradient buckets are DDP's (and ZeRO-1/2's under DDP). In this run ({strategy}) "
+                               "gradients are synchronized by other collectives: the Distributed page counts and "
+                               "times them, and the Replay page draws each one.", title="No gradient buckets in this run")
+            return [empty_figure("no gradient buckets in this run")] * len(GRAPHS) + [note]
         return bucket_figures(name) + [None]
     except Exception as e:
         return [empty_figure("nothing to draw")] * len(GRAPHS) + [C.error_card(C.problem_text(e))]
