@@ -26,7 +26,7 @@ def layout(**_query):
     return html.Div([
         html.H2("Runs"),
         html.P("Headline numbers are means over ranks and the steps after the first (step 0 includes warm-up and "
-               "DDP's bucket rebuild); overlap = 100 − exposed / comm busy (analysis.headline). Click a run to "
+               "DDP's bucket rebuild); overlap = 100 × (1 − exposed / comm busy). Click a run to "
                "replay it; tick several and compare them.", className="hint"),
         html.Table([html.Thead(html.Tr([html.Th(c) for c in COLUMNS])), html.Tbody(rows)], className="runs-table"),
         html.Div([dcc.Checklist(id="runs-compare", options=[{"label": n, "value": n} for n in names], value=[],
