@@ -330,6 +330,10 @@ def test_other_pages_figures(app):
     assert "different models" in str(errors[1].children[0])          # ddp (hand-built) vs synth8 (synthetic)
     assert op_bytes["data"][0]["name"] == "all_reduce" and len(op_bytes["data"][0]["y"]) == 2
     assert op_bytes["data"][0]["customdata"] == ["2", "6"]              # calls per rank and step: integers
+    # the line above the table describes the runs shown, not the default selection
+    assert strategies.draw(["ddp"])[-1] == strategies.selection_text(["ddp"]) and "Showing 1 run of" in strategies.draw(["ddp"])[-1]
+    assert "2 different models" in strategies.draw(["ddp", "synth8"])[-1]
+    assert strategies.draw(strategies.default_runs()[0])[-1] == strategies.default_runs()[1]
 
 
 def test_buckets_page_on_a_run_without_buckets(app):

@@ -137,8 +137,25 @@ def _cell(value, unit):
 @dash.callback(Output("strategies-table", "children"), Output("strategies-split", "figure"),
                Output("strategies-bytes", "figure"), Output("strategies-memory", "figure"),
                Output("strategies-errors", "children"), Output("strategies-notes", "children"),
-               Input("strategies-runs", "value"))
+               Output("strategies-default", "children"), Input("strategies-runs", "value"))
 def draw(names):
     if not names:
-        return None, empty_figure("pick runs to compare"), empty_figure(""), empty_figure(""), None, None
-    return compare(list(names))
+        return None, empty_figure("pick runs to compare"), empty_figure(""), empty_figure(""), None, None, \
+            default_runs()[1]
+    return *compare(list(names)), selection_text(list(names))
+
+
+def selection_text(names: list[str]) -> str:
+    """What the page shows: the model of the selected runs (the default line describes the default
+    selection, not one picked by hand or by the address)."""
+    if list(names) == default_runs()[0]:
+        return default_runs()[1]
+    models = set()
+    for n in names:
+        try:
+            models.add(_model(n))
+        except Exception:
+            continue
+    if len(models) == 1:
+        return f"Showing {len(names)} run{'s' if len(names) > 1 else ''} of {_model_text(models.pop())}."
+    return f"Showing {len(names)} runs of {len(models)} different models: their numbers are not comparable."
