@@ -23,7 +23,7 @@ def test_representative_ranks_are_real_ranks_by_step_time(tmp_path):
     assert A.representative_ranks(one) == [(0, ["fastest step"]), (2, ["median step"]), (3, ["slowest step"])]
     late = A.launch_lateness(run.events[run.events["step"] == 1])
     assert A.latest_launcher(late) == 3                       # launched bucket 1 4 ms after the others
-    assert A.representative_ranks(one, late)[-1] == (3, ["slowest step", "straggler"])
+    assert A.representative_ranks(one, late)[-1] == (3, ["slowest step", "launches last"])
     two = A.representative_ranks(one[one["rank"].isin([0, 3])])
     assert two == [(0, ["fastest step", "median step"]), (3, ["slowest step"])]   # a rank is listed once
     assert A.representative_ranks(steps.iloc[:0]) == [] and A.latest_launcher(late.iloc[:0]) is None
@@ -160,7 +160,7 @@ def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path
     assert by_rank.min()[2] == by_rank.max()[2] == 3_000_000 and by_rank.max()[0] == by_rank.max()[1] == 0
     steps = A.step_metrics(run)
     assert A.latest_launcher(late) == 2
-    assert any("straggler" in " ".join(roles) and r == 2 for r, roles in A.representative_ranks(steps, late))
+    assert any("launches last" in roles and r == 2 for r, roles in A.representative_ranks(steps, late))
     alone = A.sync_lateness(run.events[run.events["step"] == 1]).reset_index(drop=True)
     pd.testing.assert_frame_equal(alone, late[late["step"] == 1].reset_index(drop=True))
     fig = lateness_figure(late[late["step"] == 1], "per rank and {what}")

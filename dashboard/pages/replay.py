@@ -126,7 +126,7 @@ def draw_step(name: str, step: int, mode: str = "auto"):
         picks = A.representative_ranks(view.steps, view.lateness)
         ranks = [r for r, _ in picks]
         labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
-        title += " · real ranks: fastest, median and slowest step, and the straggler (launches last)"
+        title += " · real ranks: fastest, median and slowest step, and the rank that launches last"
     else:
         ranks, labels = list(run.ranks), {}
     fig = TL.timeline_figure(view.compute, view.comm, view.exposed, ranks=ranks, labels=labels, t0=t0,

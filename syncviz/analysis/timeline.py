@@ -10,7 +10,9 @@ import pandas as pd
 from syncviz.analysis.lanes import lanes
 from syncviz.analysis.metrics import comm_service
 
-ROLES = ("fastest step", "median step", "slowest step", "straggler")
+# The fourth is a fact of the step shown (the rank whose launches were latest on average), not the
+# run-level straggler verdict of the summary (a test over every collective): it is named for what it is.
+ROLES = ("fastest step", "median step", "slowest step", "launches last")
 
 
 def latest_launcher(lateness: pd.DataFrame) -> int | None:

@@ -27,7 +27,7 @@ AGGREGATE_ABOVE = 16     # ranks: above this, the timeline shows real representa
 
 def timeline_figure(run: Run, steps: list[int]) -> dict:
     """The dashboard's timeline (syncviz/views/timeline.py) over the chosen steps: every rank up
-    to AGGREGATE_ABOVE ranks, else the fastest, median and slowest rank and the straggler."""
+    to AGGREGATE_ABOVE ranks, else the fastest, median and slowest rank and the one that launches last."""
     ev = run.events
     ev = ev[ev["step"].isin(steps)]
     comp, comm, exposed = A.compute_intervals(ev), A.comm_metrics(ev, kinds=S.COMM_KINDS), A.exposed_intervals(ev)
@@ -37,7 +37,7 @@ def timeline_figure(run: Run, steps: list[int]) -> dict:
         picks = A.representative_ranks(A.step_metrics(ev), A.sync_lateness(ev))
         ranks = [r for r, _ in picks]
         labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
-        what = f"{len(run.ranks)} ranks, shown: fastest, median and slowest step and the straggler"
+        what = f"{len(run.ranks)} ranks, shown: fastest, median and slowest step and the rank that launches last"
     fig = TLV.timeline_figure(comp, comm, exposed, ranks=ranks, labels=labels, t0=TLV.step_origin(comp, comm),
                               title=f"Timeline, step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} ({what})",
                               params=TLV.bucket_param_labels(A.bucket_map(run.layouts)),
