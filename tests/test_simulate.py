@@ -191,7 +191,7 @@ def test_written_trace_reads_back_as_plain_columns(tmp_path):
     cols = list(S.EVENT_COLUMNS) + ["rank"]
     assert a.events[cols].astype(str).equals(b.events[cols].astype(str))
     for f in S.EVENT_SCHEMA:                                  # dictionaries are cast back by the reader
-        if f.name not in ("kind", "op", "phase"):
+        if f.name not in S.CATEGORICAL_COLUMNS:
             assert str(a.events[f.name].dtype) in ("int64", "int32", "object", "string", "str"), f.name
     mem = ST.events_frame(tl).sort_values(["rank", "step", "kind", "name", "start_ns"]).reset_index(drop=True)
     disk = a.events.sort_values(["rank", "step", "kind", "name", "start_ns"]).reset_index(drop=True)

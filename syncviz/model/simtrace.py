@@ -179,7 +179,7 @@ def events_frame(tl, ranks=None, grad_ready: str = "param") -> pd.DataFrame:
         df["rank"] = np.int32(r)
         frames.append(df)
     ev = pd.concat(frames, ignore_index=True)
-    for c in ("kind", "op", "phase"):
+    for c in S.CATEGORICAL_COLUMNS:   # typed as the trace reader types a run (trace.events_frame)
         ev[c] = ev[c].astype("category")
     return ev
 
