@@ -103,9 +103,14 @@ def _ms(ns) -> tuple[pa.Array, ...]:
     return (pc.if_else(fast, pieces[0], slow), pc.if_else(fast, pieces[1], ""), pc.if_else(fast, pieces[2], ""))
 
 
-def _text(values, quoted: bool = True) -> pa.Array:
-    """JSON string literals (escaped once per distinct value; quotes left off with quoted=False)."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object).astype(str))
+def _text(values, quoted: bool = True, suffix: str = "") -> pa.Array:
+    """JSON string literals of values + suffix (escaped once per distinct value; quotes left off
+    with quoted=False). A categorical is taken by its codes (one gradient-ready name per parameter
+    per step: no Python string per row)."""
+    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype) and (values.cat.codes.to_numpy() >= 0).all():
+        codes, uniques = values.cat.codes.to_numpy(), [str(u) + suffix for u in values.cat.categories]
+    else:
+        codes, uniques = pd.factorize(pd.Series(values, dtype=object).astype(str) + suffix)
     lit = [json.dumps(u) if quoted else json.dumps(u)[1:-1] for u in uniques]
     return pa.array(lit, pa.string()).take(pa.array(codes))
 
@@ -191,7 +196,7 @@ def _compute_parts(ev: pd.DataFrame, kind: np.ndarray, tracks: _Tracks) -> list[
     if len(gr):
         pid = gr["rank"].to_numpy() + 1
         tid = tracks.place(pid, READY, 0, gr["start_ns"], gr["start_ns"], "grad ready")
-        out.append(_cat('{"ph":"i","s":"t","name":', _text(gr["name"].astype(str) + " ready"),
+        out.append(_cat('{"ph":"i","s":"t","name":', _text(gr["name"], suffix=" ready"),
                         f',"cat":"{S.GRAD_READY}","pid":', _s(pid), ',"tid":', _s(tid),
                         ',"ts":', _us(gr["start_ns"]), ',"args":{"step":', _s(gr["step"]),
                         ',"micro":', _s(gr["micro"]), ',"bucket":', _s(gr["bucket"]), "}},\n"))
@@ -231,7 +236,10 @@ def _comm_parts(comm: pd.DataFrame, tracks: _Tracks) -> list[pa.Array]:
     bucket = c["bucket"].to_numpy()
     kind = c["kind"].astype(str).to_numpy()
     op = c["op"].astype(str).to_numpy()
-    label = np.where(op != "", op, c["name"].astype(str).to_numpy()).astype(object)
+    label = op.astype(object)
+    unnamed = op == ""
+    if unnamed.any():             # collectives without an op are labelled by name (names are the long column)
+        label[unnamed] = c["name"][unnamed].astype(str).to_numpy()
     in_bucket = bucket >= 0
     key = bucket.astype(np.int64)
     if not in_bucket.all():
