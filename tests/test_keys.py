@@ -45,6 +45,13 @@ def test_prev_cummax(frame):
     assert np.array_equal(K.prev_cummax(g, v), want, equal_nan=True)
 
 
+def test_group_cummax(frame):
+    f = frame.sort_values(["rank", "t"], kind="stable")
+    g = f["rank"].to_numpy()
+    for v in (f["step"].to_numpy(), f["t"].to_numpy()[::-1].copy(), f["t"].to_numpy() + 0.5):
+        assert np.array_equal(K.group_cummax(g, v), pd.Series(v).groupby(g).cummax().to_numpy())
+
+
 def test_group_codes_of_rank_step(frame):
     a, b = frame.iloc[:1000], frame.iloc[1000:]
     idx, codes = _group_codes([a, b])

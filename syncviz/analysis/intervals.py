@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from syncviz.analysis import keys as K
 from syncviz.trace import schema as S
 from syncviz.analysis.columns import as_str
 
@@ -24,7 +25,7 @@ def merge_intervals(g: np.ndarray, s: np.ndarray, e: np.ndarray):
         return z, z.copy(), z.copy()
     order = np.lexsort((s, g))
     g, s, e = g[order], s[order], e[order]
-    cm = pd.Series(e).groupby(g).cummax().to_numpy()
+    cm = K.group_cummax(g, e)
     new_group = np.r_[True, g[1:] != g[:-1]]
     prev_end = np.r_[np.iinfo(np.int64).min, cm[:-1]]
     starts_block = new_group | (s > prev_end)

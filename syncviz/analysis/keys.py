@@ -58,6 +58,25 @@ def group_max(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(out) & ~np.isneginf(v), np.nan, out)
 
 
+def group_cummax(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For rows sorted by group: the running max of ``values`` within each group, as
+    groupby(groups).cummax() gives it (whole-number values through numpy, else pandas)."""
+    g = np.asarray(groups)
+    v = np.asarray(values)
+    n = len(v)
+    if n == 0:
+        return v.copy()
+    start = np.r_[True, g[1:] != g[:-1]]
+    seg = np.cumsum(start) - 1
+    if v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        span = hi - lo + 1
+        if span * (int(seg[-1]) + 1) < 2 ** 62:
+            w = (v.astype(np.int64) - lo) + seg * span
+            return (np.maximum.accumulate(w) - seg * span + lo).astype(v.dtype)
+    return pd.Series(v).groupby(g).cummax().to_numpy()
+
+
 def prev_cummax(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
     """For rows sorted by group: the max of ``values`` over the earlier rows of the same group
     (NaN for a group's first row); groupby(groups).cummax() then shift(1) within the group.
