@@ -11,7 +11,7 @@ import pytest
 from syncviz.analysis import keys as K
 from syncviz.analysis.intervals import _group_codes
 from syncviz.analysis.tables import bytes_in_flight
-from syncviz.views.export.perfetto import _cat, _ms, _num
+from syncviz.views.export.jsoncols import cat, ms, num
 
 
 @pytest.fixture(params=[0, 1, 2])
@@ -85,4 +85,4 @@ def test_ms_text_is_arrows_float_text():
     rng = np.random.default_rng(0)
     ns = np.concatenate([rng.integers(0, 10 ** e + 1, 2000) for e in range(16)]).astype(float)
     ns = np.r_[ns, np.nan, -1.0, -2_500_000.0, 0.5, 1e15, 1e16 + 2, 123.25, np.inf]
-    assert pc.all(pc.equal(_cat(_ms(ns)), _num(ns / 1e6))).as_py()
+    assert pc.all(pc.equal(cat(ms(ns)), num(ns / 1e6))).as_py()

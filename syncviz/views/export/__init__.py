@@ -2,7 +2,7 @@
 
 \b
   syncviz export tensorboard RUN... --logdir DIR   scalars, histograms, summary text, layout
-  syncviz export perfetto RUN -o run.json[.gz]     Chrome trace for ui.perfetto.dev / chrome://tracing
+  syncviz export perfetto RUN -o run.json[.gz] [--steps A:B]   Chrome trace for ui.perfetto.dev / chrome://tracing
   syncviz export html RUN -o report.html           one self-contained file with the key charts
 """
 from __future__ import annotations

@@ -11,8 +11,10 @@ disjoint or one contains the other. Tracks are split into lanes ("compute", "com
 whenever real data would break that (overlapping collectives of the same kind, for instance).
 
 Speed: every event is written column-wise with Arrow string kernels (no Python dict or json.dumps
-per event), so the 128-rank sample (184k trace events) is written in a fraction of a second where
-the per-event version took 11.8 s; benchmarks/export.py measures both side by side.
+per event), and the analysis tables the parts draw from are computed once and shared, so the
+128-rank sample (185k trace events) takes ~0.19 s of CPU (~1 M events/s) where the per-event
+version took 2.7 s and main's column-wise one 0.24-0.28 s; benchmarks/export.py measures them side
+by side. ``steps`` (A, B) writes those steps only (load_run(steps=...) reads only them).
 """
 from __future__ import annotations
 
@@ -23,13 +25,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from syncviz import analysis as A
-from syncviz.analysis import keys as K
 from syncviz.analysis.lanes import lanes
 from syncviz.trace import Run
 from syncviz.trace import schema as S
+from syncviz.views.export import jsoncols as J
 
 FLOW_CAT = "syncviz.ready_to_launch"
 # tid = code * _CODE + key * _KEY + lane + 1: the track kind (0 steps, 1 compute, 2 grad ready,
@@ -43,97 +44,10 @@ def assign_lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return lanes(starts, ends, nested=True)
 
 
-# ----------------------------------------------------------------- column-wise JSON pieces
-
-def _cat(*parts) -> pa.Array:
-    """Element-wise concatenation of string arrays and literal strings (tuples are spliced in)."""
-    flat = [q for p in parts for q in (p if isinstance(p, tuple) else (p,))]
-    return pc.binary_join_element_wise(*flat, "")
-
-
-def _s(values) -> pa.Array:
-    """Integers as decimal strings; small ranges (ranks, steps, buckets) by lookup in a table of
-    their strings, which costs a third of Arrow's cast."""
-    v = np.asarray(values)
-    if len(v) > 64 and v.dtype.kind in "iu":
-        lo, hi = int(v.min()), int(v.max())
-        if hi - lo < 4096:
-            return pa.array([str(i) for i in range(lo, hi + 1)], pa.string()).take(pa.array(v - lo))
-    return pc.cast(pa.array(v), pa.string())
-
-
-_FRAC = pa.array([f".{i:03d}" for i in range(1000)], pa.string())
-
-
-def _us(ns) -> tuple[pa.Array, pa.Array]:
-    """Nanoseconds as exact decimal microseconds: 1234567 -> ("1234", ".567"), two pieces for _cat
-    (one pass of the join instead of a join per number)."""
-    whole, frac = np.divmod(np.asarray(ns, dtype=np.int64), 1000)
-    return _s(whole), _FRAC.take(pa.array(frac))
-
-
-def _num(x) -> pa.Array:
-    """Floats as JSON numbers, null where not finite (JSON has no NaN)."""
-    x = np.asarray(x, dtype=float)
-    ok = np.isfinite(x)
-    return pc.if_else(pa.array(ok), pc.cast(pa.array(np.where(ok, x, 0.0)), pa.string()), "null")
-
-
-# ".ddd" for the first three decimals of a millisecond value (stripped of trailing zeros at
-# [1000 + i]) and "ddd" stripped for the last three: n ns = n // 10**6 ms + these two pieces.
-_MS_HI = pa.array([f".{i:03d}" for i in range(1000)] + [f".{i:03d}".rstrip("0").rstrip(".") for i in range(1000)], pa.string())
-_MS_LO = pa.array([f"{i:03d}".rstrip("0") for i in range(1000)], pa.string())
-
-
-def _ms(ns) -> tuple[pa.Array, ...]:
-    """Nanoseconds as milliseconds, the same text as _num(ns / 1e6) (Arrow's shortest float text,
-    null where not finite) in a third of the time: for whole ns in [0, 10**15), ns / 1e6 prints as
-    the exact decimal (at most 15 significant digits, so it is the shortest text that reads back
-    to the same double; tests check it against Arrow on random values). Others go through _num."""
-    x = np.asarray(ns, dtype=float)
-    ok = np.isfinite(x) & (x >= 0) & (x < 1e15)
-    n = np.where(ok, x, 0.0).astype(np.int64)
-    ok &= n == x
-    whole, frac = np.divmod(n, 10 ** 6)
-    hi, lo = np.divmod(frac, 1000)
-    pieces = (_s(whole), _MS_HI.take(pa.array(np.where(lo == 0, hi + 1000, hi))), _MS_LO.take(pa.array(lo)))
-    if ok.all():
-        return pieces
-    slow, fast = _num(x / 1e6), pa.array(ok)
-    return (pc.if_else(fast, pieces[0], slow), pc.if_else(fast, pieces[1], ""), pc.if_else(fast, pieces[2], ""))
-
-
-def _text(values, quoted: bool = True, suffix: str = "") -> pa.Array:
-    """JSON string literals of values + suffix (escaped once per distinct value; quotes left off
-    with quoted=False). A categorical is taken by its codes (one gradient-ready name per parameter
-    per step: no Python string per row)."""
-    if isinstance(getattr(values, "dtype", None), pd.CategoricalDtype) and (values.cat.codes.to_numpy() >= 0).all():
-        codes, uniques = values.cat.codes.to_numpy(), [str(u) + suffix for u in values.cat.categories]
-    else:
-        codes, uniques = pd.factorize(pd.Series(values, dtype=object).astype(str) + suffix)
-    lit = [json.dumps(u) if quoted else json.dumps(u)[1:-1] for u in uniques]
-    return pa.array(lit, pa.string()).take(pa.array(codes))
-
-
-def _when(cond, *pieces) -> pa.Array | tuple:
-    """The pieces where cond holds, "" elsewhere (the pieces themselves, for _cat to splice in,
-    where it holds everywhere: no join of their own)."""
-    cond = np.asarray(cond, dtype=bool)
-    if cond.all():
-        return pieces
-    return pc.if_else(pa.array(cond), _cat(*pieces), "")
-
-
-def _mb(nbytes) -> pa.Array:
-    """Bytes as MB (1e6 bytes) with one decimal."""
-    tenths = np.rint(np.asarray(nbytes, dtype=float) / 1e5).astype(np.int64)
-    return _cat(_s(tenths // 10), ".", _s(tenths % 10))
-
-
 def _x(pid, tid, name, cat, start, end, args) -> pa.Array:
     start = np.asarray(start, dtype=np.int64)
-    return _cat('{"ph":"X","name":', name, ',"cat":', cat, ',"pid":', _s(pid), ',"tid":', _s(tid),
-                ',"ts":', _us(start), ',"dur":', _us(np.asarray(end, dtype=np.int64) - start),
+    return J.cat('{"ph":"X","name":', name, ',"cat":', cat, ',"pid":', J.ints(pid), ',"tid":', J.ints(tid),
+                ',"ts":', J.us(start), ',"dur":', J.us(np.asarray(end, dtype=np.int64) - start),
                 ',"args":{', args, "}},\n")
 
 
@@ -166,9 +80,9 @@ class _Tracks:
         pid, tid, names, lane = (np.concatenate(col) for col in zip(*self.seen))
         _, first = np.unique(pid * (8 * _CODE) + tid, return_index=True)   # the first seen of each track
         first.sort()
-        label = _text([str(n) if k == 0 else f"{n} · {k + 1}" for n, k in zip(names[first].tolist(), lane[first].tolist())])
-        pid, tid = _s(pid[first]), _s(tid[first])
-        return _cat('{"ph":"M","name":"thread_name","pid":', pid, ',"tid":', tid, ',"args":{"name":', label,
+        label = J.text([str(n) if k == 0 else f"{n} · {k + 1}" for n, k in zip(names[first].tolist(), lane[first].tolist())])
+        pid, tid = J.ints(pid[first]), J.ints(tid[first])
+        return J.cat('{"ph":"M","name":"thread_name","pid":', pid, ',"tid":', tid, ',"args":{"name":', label,
                     '}},\n{"ph":"M","name":"thread_sort_index","pid":', pid, ',"tid":', tid,
                     ',"args":{"sort_index":', tid, "}},\n")
 
@@ -179,43 +93,32 @@ def _compute_parts(ev: pd.DataFrame, kind: np.ndarray, tracks: _Tracks) -> list[
     out = []
     st = ev[kind == S.STEP]
     pid = st["rank"].to_numpy() + 1
-    step = _s(st["step"].to_numpy())
+    step = J.ints(st["step"].to_numpy())
     tid = tracks.place(pid, STEPS, 0, st["start_ns"], st["end_ns"], "steps")
-    out.append(_x(pid, tid, _cat('"step ', step, '"'), '"step"', st["start_ns"], st["end_ns"],
-                  _cat('"step":', step)))
+    out.append(_x(pid, tid, J.cat('"step ', step, '"'), '"step"', st["start_ns"], st["end_ns"],
+                  J.cat('"step":', step)))
 
     cp = ev[np.isin(kind, S.COMPUTE_KINDS)]
-    pid, k = cp["rank"].to_numpy() + 1, _s(cp["kind"].astype(str).to_numpy())
+    pid, k = cp["rank"].to_numpy() + 1, J.ints(cp["kind"].astype(str).to_numpy())
     micro = cp["micro"].to_numpy()
     tid = tracks.place(pid, COMPUTE, 0, cp["start_ns"], cp["end_ns"], "compute")
-    name = _cat('"', k, _when(micro != 0, " (micro ", _s(micro), ")"), '"')
-    out.append(_x(pid, tid, name, _cat('"', k, '"'), cp["start_ns"], cp["end_ns"],
-                  _cat('"step":', _s(cp["step"].to_numpy()), ',"micro":', _s(micro))))
+    name = J.cat('"', k, J.when(micro != 0, " (micro ", J.ints(micro), ")"), '"')
+    out.append(_x(pid, tid, name, J.cat('"', k, '"'), cp["start_ns"], cp["end_ns"],
+                  J.cat('"step":', J.ints(cp["step"].to_numpy()), ',"micro":', J.ints(micro))))
 
     gr = ev[kind == S.GRAD_READY]
     if len(gr):
         pid = gr["rank"].to_numpy() + 1
         tid = tracks.place(pid, READY, 0, gr["start_ns"], gr["start_ns"], "grad ready")
-        out.append(_cat('{"ph":"i","s":"t","name":', _text(gr["name"], suffix=" ready"),
-                        f',"cat":"{S.GRAD_READY}","pid":', _s(pid), ',"tid":', _s(tid),
-                        ',"ts":', _us(gr["start_ns"]), ',"args":{"step":', _s(gr["step"]),
-                        ',"micro":', _s(gr["micro"]), ',"bucket":', _s(gr["bucket"]), "}},\n"))
+        out.append(J.cat('{"ph":"i","s":"t","name":', J.text(gr["name"], suffix=" ready"),
+                        f',"cat":"{S.GRAD_READY}","pid":', J.ints(pid), ',"tid":', J.ints(tid),
+                        ',"ts":', J.us(gr["start_ns"]), ',"args":{"step":', J.ints(gr["step"]),
+                        ',"micro":', J.ints(gr["micro"]), ',"bucket":', J.ints(gr["bucket"]), "}},\n"))
     return out
 
 
-def _factor(*cols) -> tuple[pa.Array, np.ndarray]:
-    """Codes of the distinct combinations of cols (as an Arrow index array for take) and the row
-    where each combination first occurs: per-collective facts (op, bytes, dtype, ...) repeat for
-    every step and rank, so their JSON is built once per combination and copied with take.
-    Columns may be numpy arrays or pandas Series (Arrow-backed strings factorize in Arrow)."""
-    codes, uniq = pd.factorize(K.group_codes(*cols))
-    first = np.full(len(uniq), -1, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
-    return pa.array(codes), first
-
-
 def _pid_tid(pid, tid) -> pa.Array:
-    codes, first = _factor(pid, tid)
+    codes, first = J.factor(pid, tid)
     return pa.array([f'"pid":{pid[i]},"tid":{tid[i]}' for i in first.tolist()], pa.string()).take(codes)
 
 
@@ -253,21 +156,21 @@ def _comm_parts(comm: pd.DataFrame, tracks: _Tracks) -> list[pa.Array]:
                      else (lambda i, lab=label[m]: lab[i] + " (collectives)"))
             tid[m] = tracks.place(pid[m], code, key[m], start[m], end[m], names)
     static_cols = ["kind", "bucket", "op", "bytes", "logical_bytes", "dtype", "group_size", "phase"]
-    codes, first = _factor(*(c[k] for k in static_cols), label)
+    codes, first = J.factor(*(c[k] for k in static_cols), label)
     facts = [c[k].iloc[first].astype(str if k in ("kind", "op", "dtype", "phase") else np.int64).tolist() for k in static_cols]
     static = pa.array([_comm_static(kd, b, lab, o, nb, lg, dt, gs, ph)
                        for kd, b, o, nb, lg, dt, gs, ph, lab in zip(*facts, label[first])], pa.string()).take(codes)
     launch, ready = c["launch_ns"].to_numpy(), c["ready_ns"].to_numpy()
     pidtid = _pid_tid(pid, tid)
-    out = [_cat('{"ph":"X",', pidtid, ',"ts":', _us(start), ',"dur":', _us(end - start), ",",
-                static, ',"step":', _s(c["step"].to_numpy()), ',"micro":', _s(c["micro"].to_numpy()),
-                ',"exposed_ms":', _ms(c["exposed_ns"]),
-                ',"duration_ms":', _ms(c["duration_ns"]), ',"queue_ms":', _ms(c["queue_ns"]),
-                ',"wait_peers_ms":', _ms(c["wait_peers_ns"]), ',"queued_ms":', _ms(c["queued_ns"]),
-                ',"hook_to_launch_ms":', _ms(c["hook_to_launch_ns"]),
-                ',"busbw_GBps":', _num(c["busbw_gbps"]), ',"algbw_GBps":', _num(c["algbw_gbps"]),
-                _when(launch >= 0, ',"launch_ns":', _s(launch)),
-                _when(ready >= 0, ',"ready_ns":', _s(ready), ',"launch_delay_ms":', *_ms(c["launch_delay_ns"])),
+    out = [J.cat('{"ph":"X",', pidtid, ',"ts":', J.us(start), ',"dur":', J.us(end - start), ",",
+                static, ',"step":', J.ints(c["step"].to_numpy()), ',"micro":', J.ints(c["micro"].to_numpy()),
+                ',"exposed_ms":', J.ms(c["exposed_ns"]),
+                ',"duration_ms":', J.ms(c["duration_ns"]), ',"queue_ms":', J.ms(c["queue_ns"]),
+                ',"wait_peers_ms":', J.ms(c["wait_peers_ns"]), ',"queued_ms":', J.ms(c["queued_ns"]),
+                ',"hook_to_launch_ms":', J.ms(c["hook_to_launch_ns"]),
+                ',"busbw_GBps":', J.num(c["busbw_gbps"]), ',"algbw_GBps":', J.num(c["algbw_gbps"]),
+                J.when(launch >= 0, ',"launch_ns":', J.ints(launch)),
+                J.when(ready >= 0, ',"ready_ns":', J.ints(ready), ',"launch_delay_ms":', *J.ms(c["launch_delay_ns"])),
                 "}},\n")]
 
     # "bucket k ready" → its collective: a zero-length slice at the ready time for the arrow to
@@ -276,16 +179,16 @@ def _comm_parts(comm: pd.DataFrame, tracks: _Tracks) -> list[pa.Array]:
     if f.any():
         fp, fb, fr = pid[f], bucket[f], ready[f]
         rtid = tracks.place(fp, READY, 0, fr, fr, "grad ready")
-        at_ready, ts = _pid_tid(fp, rtid), _us(fr)
-        ids = _s(np.arange(1, int(f.sum()) + 1))
+        at_ready, ts = _pid_tid(fp, rtid), J.us(fr)
+        ids = J.ints(np.arange(1, int(f.sum()) + 1))
         common = f'"name":"ready → launch","cat":"{FLOW_CAT}","id":'
         bname = pa.array([f'"bucket {b} ready"' for b in range(int(fb.max()) + 1)], pa.string()).take(pa.array(fb))
-        out.append(_cat('{"ph":"X","name":', bname, ',"cat":"bucket_ready",', at_ready, ',"ts":', ts,
-                        ',"dur":0.000,"args":{"step":', _s(c["step"].to_numpy()[f]), ',"micro":', _s(c["micro"].to_numpy()[f]),
-                        ',"bucket":', _s(fb), "}},\n"))
-        out.append(_cat('{"ph":"s",', common, ids, ",", at_ready, ',"ts":', ts, "},\n"))
-        out.append(_cat('{"ph":"f","bp":"e",', common, ids, ",", pidtid.filter(pa.array(f)), ',"ts":',
-                        _us(start[f]), "},\n"))
+        out.append(J.cat('{"ph":"X","name":', bname, ',"cat":"bucket_ready",', at_ready, ',"ts":', ts,
+                        ',"dur":0.000,"args":{"step":', J.ints(c["step"].to_numpy()[f]), ',"micro":', J.ints(c["micro"].to_numpy()[f]),
+                        ',"bucket":', J.ints(fb), "}},\n"))
+        out.append(J.cat('{"ph":"s",', common, ids, ",", at_ready, ',"ts":', ts, "},\n"))
+        out.append(J.cat('{"ph":"f","bp":"e",', common, ids, ",", pidtid.filter(pa.array(f)), ',"ts":',
+                        J.us(start[f]), "},\n"))
     return out
 
 
@@ -301,17 +204,6 @@ def _process_metadata(run: Run) -> list[str]:
             labels = json.dumps(f"{info.get('host', '?')} pid {info.get('pid', '?')}")
             out.append(f'{{"ph":"M","name":"process_labels","pid":{pid},"tid":0,"args":{{"labels":{labels}}}}}')
     return out
-
-
-def _chunks(parts: list[pa.Array]) -> list[memoryview]:
-    """The events' bytes straight from the Arrow string buffers (no Python str per event); each
-    event already ends with ",\n"."""
-    chunks = []
-    for arr in parts:
-        if len(arr):
-            offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
-            chunks.append(memoryview(arr.buffers()[2])[offsets[0]:offsets[-1]])
-    return chunks
 
 
 def _in_steps(frame: pd.DataFrame, steps: tuple[int, int] | None) -> pd.DataFrame:
@@ -342,17 +234,17 @@ def _trace_chunks(run: Run, steps: tuple[int, int] | None = None) -> list:
         pid = exposed["rank"].to_numpy() + 1
         tid = tracks.place(pid, EXPOSED, 0, exposed["start_ns"], exposed["end_ns"], "exposed comm")
         parts.append(_x(pid, tid, '"exposed comm"', '"exposed"', exposed["start_ns"], exposed["end_ns"],
-                        _cat('"step":', _s(exposed["step"].to_numpy()))))
+                        J.cat('"step":', J.ints(exposed["step"].to_numpy()))))
     inflight = A.bytes_in_flight(run, comm=_in_steps(both[1], steps))
     if len(inflight):
-        parts.append(_cat('{"ph":"C","name":"bytes in flight","pid":', _s(inflight["rank"].to_numpy() + 1),
-                          ',"tid":0,"ts":', _us(inflight["t_ns"]), ',"args":{"bytes":',
-                          _s(inflight["bytes"].to_numpy()), "}},\n"))
+        parts.append(J.cat('{"ph":"C","name":"bytes in flight","pid":', J.ints(inflight["rank"].to_numpy() + 1),
+                          ',"tid":0,"ts":', J.us(inflight["t_ns"]), ',"args":{"bytes":',
+                          J.ints(inflight["bytes"].to_numpy()), "}},\n"))
     parts.append(tracks.metadata())
     meta = ",\n".join(_process_metadata(run))
     facts = run_metadata(run) | ({"steps": f"{steps[0]}:{steps[1]} (A inclusive, B exclusive)"} if steps else {})
     tail = json.dumps(facts, separators=(",", ":"), allow_nan=False)
-    return [b'{"traceEvents":[\n', *_chunks(parts),
+    return [b'{"traceEvents":[\n', *J.chunks(parts),
             f'{meta}],"displayTimeUnit":"ns","otherData":{tail}}}'.encode()]
 
 
