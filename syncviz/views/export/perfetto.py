@@ -156,7 +156,8 @@ def _comm_parts(comm: pd.DataFrame, tracks: _Tracks) -> list[pa.Array]:
                      else (lambda i, lab=label[m]: lab[i] + " (collectives)"))
             tid[m] = tracks.place(pid[m], code, key[m], start[m], end[m], names)
     static_cols = ["kind", "bucket", "op", "bytes", "logical_bytes", "dtype", "group_size", "phase"]
-    codes, first = J.factor(*(c[k] for k in static_cols), label)
+    # label is op where there is one: the name joins the key only where it is the label
+    codes, first = J.factor(*(c[k] for k in static_cols), *((label,) if unnamed.any() else ()))
     facts = [c[k].iloc[first].astype(str if k in ("kind", "op", "dtype", "phase") else np.int64).tolist() for k in static_cols]
     static = pa.array([_comm_static(kd, b, lab, o, nb, lg, dt, gs, ph)
                        for kd, b, o, nb, lg, dt, gs, ph, lab in zip(*facts, label[first])], pa.string()).take(codes)
