@@ -156,7 +156,8 @@ def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: p
     bwd_end = comp[comp["kind"] == S.BACKWARD].groupby(["rank", "step"])["end_ns"].max()
     exposed = Q.attributed_exposed(rows, comp, bwd_end)
     rows = pd.concat([rows, times, exposed], axis=1)
-    rows = rows[rows["kind"].isin(kinds)].reset_index(drop=True)
+    keep = rows["kind"].isin(kinds).to_numpy()
+    rows = (rows if keep.all() else rows[keep]).reset_index(drop=True)   # all comm kinds: no copy
     rows["hook_to_launch_ns"] = (rows["launch_ns"] - rows["hook_ns"]).astype(np.int64)
     rows["span_ns"] = (rows["end_ns"] - rows["launch_ns"]).astype(np.int64)
     rows["duration_ns"] = rows["service_ns"]
