@@ -1,7 +1,7 @@
 """Analysis on big runs: `syncviz summary` by partitions of ranks (the default) beside the former
 whole-run path (`--whole`), on simulated runs of 10^6, 10^7 (and 10^8) events; also the dashboard's
-data layer (first open of the Replay page's step, one step change) and a Perfetto export, where
-they fit.
+data layer (first open of the Replay page's step, one step change), a Perfetto export of the
+whole run where it fits and of two steps (``--steps``) at every size.
 
     python benchmarks/scale.py                          # 1e6 and 1e7 events
     python benchmarks/scale.py --sizes 1e6,1e7,1e8      # 1e8: ~5 GB of trace, minutes
@@ -128,7 +128,7 @@ def main() -> None:
     ap.add_argument("--dashboard-max", type=float, default=1.1e7,
                     help="largest run for the dashboard data layer (it holds the whole Arrow table) [1.1e7]")
     ap.add_argument("--perfetto-max", type=float, default=1.1e6,
-                    help="largest run to export to Perfetto (the exporter writes the whole run) [1.1e6]")
+                    help="largest run to export whole to Perfetto (a 2-step export, --steps, runs at every size) [1.1e6]")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement [900]")
     args = ap.parse_args()
     root = Path(args.dir)
@@ -167,12 +167,15 @@ def main() -> None:
                 f"first open {d.get('open_s', float('nan')):.2f} s, step change {d.get('step_ms', float('nan')):.0f} ms")
         else:
             row("dashboard data layer", n, None, "not run: > --dashboard-max (loads the whole run)")
+        export = [PY, "-m", "syncviz", "export", "perfetto", str(run), "-o", str(root / "p.json.gz")]
         if n <= args.perfetto_max:
-            m = measure([PY, "-m", "syncviz", "export", "perfetto", str(run), "-o", str(root / "p.json.gz")],
-                        args.timeout)
-            row("export perfetto (whole run)", n, m, "the exporter has no step range")
+            row("export perfetto (whole run)", n, measure(export, args.timeout))
         else:
-            row("export perfetto", n, None, "not run: > --perfetto-max; the exporter has no step range")
+            row("export perfetto (whole run)", n, None, f"not run: > --perfetto-max (~1.6 GB per 10^6 events; "
+                f"~{1.6 * n / 1e6:.0f} GB)")
+        mid = shape(size)[1] // 2          # two steps from the middle: the reader stops after them
+        m = measure(export + ["--steps", f"{mid}:{mid + 2}"], args.timeout)
+        row(f"export perfetto --steps {mid}:{mid + 2}", 2 * n // shape(size)[1], m, "events of those 2 steps")
     print("\nTarget (issue 17): 1e8 events summarized in <= 30 s within <= 4 GB.")
     for n, new, _ in results:
         met = new["status"] == "ok" and new["wall_s"] <= 30 and new["peak_gb"] <= 4

@@ -16,6 +16,8 @@ import heapq
 import numpy as np
 import pandas as pd
 
+from syncviz.analysis import keys as K
+
 
 def _greedy(starts: np.ndarray, ends: np.ndarray, nested: bool) -> list[int]:
     """Lanes of one cluster (rows sorted by start, longer first on ties): the lowest lane free."""
@@ -60,12 +62,14 @@ def lanes(starts, ends, groups=None, nested: bool = False) -> np.ndarray:
     out = np.zeros(n, dtype=np.int64)
     if n == 0:
         return out
-    g = np.zeros(n, dtype=np.int64) if groups is None else pd.factorize(np.asarray(groups))[0]
+    g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups)
+    if g.dtype.kind not in "iu":
+        g = pd.factorize(g)[0]
     order = np.lexsort((-ends, starts, g))
     s, e, gs = starts[order], ends[order], g[order]
     first = np.r_[True, gs[1:] != gs[:-1]]
-    # latest end among the earlier intervals of the same group
-    prev = pd.Series(e).groupby(gs).cummax().shift(1).to_numpy()
+    # latest end among the earlier intervals of the same group (NaN at a group's first)
+    prev = K.prev_cummax(gs, e)
     alone = first | (s >= np.where(first, 0, prev))
     if alone.all():
         return out

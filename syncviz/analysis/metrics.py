@@ -129,7 +129,8 @@ STEP_COLUMNS = ["rank", "step", "step_ns", "forward_ns", "backward_ns", "optimiz
                 "bytes", "n_comm"]
 
 
-def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: pd.Series | None = None) -> pd.DataFrame:
+def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: pd.Series | None = None,
+                 intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per comm event (bucket rows by default; pass kinds=("collective",) or both).
     Times (ns): ``hook_to_launch_ns`` (comm-hook entry → collective call), ``queue_ns`` (launch →
     service start) split into ``queued_ns`` (behind this rank's earlier collectives) and
@@ -139,9 +140,11 @@ def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: p
     instant belongs to one collective, so these add up to step_metrics' exposed_ns), of which
     ``after_backward_ns`` lies after backward compute ended. algbw/busbw (GB/s) = bytes / service.
     ``joined``: each collective's last launch over all ranks, for events of some ranks only
-    (queueing.collective_times; analysis.partitioned)."""
+    (queueing.collective_times; analysis.partitioned). ``intervals``: (compute_intervals(ev),
+    comm_rows(ev)) when the caller has them already (the Perfetto export needs them too)."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
-    rows = comm_rows(ev).reset_index(drop=True)
+    comp, rows = intervals if intervals is not None else (compute_intervals(ev), comm_rows(ev))
+    rows = rows.reset_index(drop=True)
     cols = ["rank", "step", "micro", "kind", "bucket", "name", "op", "bytes", "logical_bytes", "dtype",
             "group_size", "layout", "phase", "ready_ns", "hook_ns", "launch_ns", "start_ns", "end_ns"]
     rows = rows[cols]
@@ -150,11 +153,11 @@ def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: p
     # Queueing and exposed attribution need every comm row of a rank (its stream), so they are
     # computed before the kinds filter.
     times = Q.collective_times(rows, joined)
-    comp = compute_intervals(ev)
     bwd_end = comp[comp["kind"] == S.BACKWARD].groupby(["rank", "step"])["end_ns"].max()
     exposed = Q.attributed_exposed(rows, comp, bwd_end)
     rows = pd.concat([rows, times, exposed], axis=1)
-    rows = rows[rows["kind"].isin(kinds)].reset_index(drop=True)
+    keep = rows["kind"].isin(kinds).to_numpy()
+    rows = (rows if keep.all() else rows[keep]).reset_index(drop=True)   # all comm kinds: no copy
     rows["hook_to_launch_ns"] = (rows["launch_ns"] - rows["hook_ns"]).astype(np.int64)
     rows["span_ns"] = (rows["end_ns"] - rows["launch_ns"]).astype(np.int64)
     rows["duration_ns"] = rows["service_ns"]

@@ -30,6 +30,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from syncviz.analysis import keys as K
 from syncviz.analysis.intervals import Coverage, _groups, wire_mask
 from syncviz.analysis.columns import as_str
 
@@ -41,10 +42,8 @@ def _prev_done(rank: np.ndarray, stream: np.ndarray, launch: np.ndarray, end: np
     stream), in launch order (NaN for the first). Rows launched at the same instant keep their
     order in the frame (the order the rank issued them). Returns (order, prev_done_in_order)."""
     order = np.lexsort((np.arange(len(rank)), launch, stream, rank))
-    g = pd.Series(rank[order].astype(np.int64) * 2 + stream[order].astype(np.int64))
-    cm = pd.Series(end[order].astype(float)).groupby(g.to_numpy()).cummax()
-    prev = cm.groupby(g.to_numpy()).shift(1).to_numpy()
-    return order, prev
+    g = rank[order].astype(np.int64) * 2 + stream[order].astype(np.int64)
+    return order, K.prev_cummax(g, end[order])
 
 
 # A collective is matched across ranks by these columns: the n-th call of one identity on a rank
@@ -59,8 +58,8 @@ def occurrences(comm: pd.DataFrame) -> pd.DataFrame:
     c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "end_ns"]].copy()
     c["kind"], c["name"] = as_str(c["kind"]), as_str(c["name"])
     c["launch"] = c["launch_ns"].to_numpy(dtype=float)
-    c = c.sort_values(["rank", "launch"], kind="stable")
-    c["occurrence"] = c.groupby(["rank"] + EVENT_KEY[:-1], observed=True).cumcount()
+    c = c.iloc[np.lexsort((c["launch"].to_numpy(), c["rank"].to_numpy()))]   # stable: ties in frame order
+    c["occurrence"] = K.cumcount(K.group_codes(*(c[k] for k in ["rank"] + EVENT_KEY[:-1])))
     return c
 
 
@@ -74,7 +73,7 @@ def collective_times(comm: pd.DataFrame, joined: pd.Series | None = None) -> pd.
         return pd.DataFrame({c: pd.Series(dtype=float) for c in TIME_COLUMNS})
     c = occurrences(comm)
     if joined is None:
-        joined = c.groupby(EVENT_KEY, observed=True)["launch"].transform("max").to_numpy(dtype=float)
+        joined = K.group_max(K.group_codes(*(c[k] for k in EVENT_KEY)), c["launch"].to_numpy())
     else:
         joined = joined.reindex(pd.MultiIndex.from_frame(c[EVENT_KEY])).to_numpy(dtype=float)
     stream = (~wire_mask(c)).astype(np.int64)
@@ -97,14 +96,11 @@ def owned_intervals(comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     of one (rank, step) tile ∪ comm without overlap. end <= start where a row owns nothing."""
     if not len(comm):
         return np.zeros(0), np.zeros(0)
-    rank_step = pd.MultiIndex.from_frame(comm[["rank", "step"]]).codes
-    g = (rank_step[0].astype(np.int64) * (int(rank_step[1].max()) + 1) + rank_step[1]).astype(np.int64)
+    g = K.group_codes(comm["rank"], comm["step"])
     launch, end = comm["start_ns"].to_numpy(dtype=float), comm["end_ns"].to_numpy(dtype=float)
     not_wire = (~wire_mask(comm)).astype(np.int64)
     order = np.lexsort((-end, not_wire, launch, g))
-    gs = g[order]
-    cm = pd.Series(end[order]).groupby(gs).cummax()
-    prev = cm.groupby(gs).shift(1).to_numpy()
+    prev = K.prev_cummax(g[order], end[order])
     s = np.empty(len(comm))
     s[order] = np.fmax(launch[order], prev)
     return s, end
@@ -127,7 +123,7 @@ def attributed_exposed(comm: pd.DataFrame, compute: pd.DataFrame, backward_end=N
     ps, pe = probe["start_ns"].to_numpy(), probe["end_ns"].to_numpy()
     out["exposed_ns"] = (pe - ps) - cov.overlap(pc, ps, pe)
     if backward_end is not None and len(backward_end):
-        be = backward_end.reindex(pd.MultiIndex.from_frame(probe[["rank", "step"]])).to_numpy(dtype=float)
+        be = K.lookup(backward_end, probe["rank"].to_numpy(), probe["step"].to_numpy())
         has = ~np.isnan(be)
         bs = np.clip(np.where(has, np.nan_to_num(be), pe), ps, pe).astype(np.int64)
         after = (pe - bs) - cov.overlap(pc, bs, pe)

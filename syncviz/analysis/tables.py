@@ -75,26 +75,33 @@ def bucket_table(run_or_events: Run | pd.DataFrame, headline: bool = True) -> pd
     return out.reset_index()[cols]
 
 
-def bytes_in_flight(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+def bytes_in_flight(run_or_events: Run | pd.DataFrame, comm: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank, the bytes of communication in flight as a step function: rows (rank, t_ns, bytes)
     where ``bytes`` holds from t_ns until the rank's next row. Counts the same events as
-    step_metrics' bytes (every bucket, plus collectives not issued inside a bucket's hook)."""
+    step_metrics' bytes (every bucket, plus collectives not issued inside a bucket's hook).
+    ``comm``: comm_rows(events) when the caller has it already."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
-    comm = comm_rows(ev)
+    comm = comm_rows(ev) if comm is None else comm
     wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
     if not len(wire):
         return pd.DataFrame({"rank": pd.Series(dtype=int), "t_ns": pd.Series(dtype=np.int64),
                              "bytes": pd.Series(dtype=np.int64)})
     r = wire["rank"].to_numpy()
     nb = wire["bytes"].to_numpy(dtype=np.int64)
-    changes = pd.DataFrame({"rank": np.r_[r, r],
-                            "t_ns": np.r_[wire["start_ns"].to_numpy(), wire["end_ns"].to_numpy()],
-                            "delta": np.r_[nb, -nb]})
+    rank = np.r_[r, r]
+    t = np.r_[wire["start_ns"].to_numpy(), wire["end_ns"].to_numpy()].astype(np.int64)
+    delta = np.r_[nb, -nb]
     # Sum changes at the same instant first, so a collective ending exactly when the next starts
-    # does not show a spurious dip or peak.
-    changes = changes.groupby(["rank", "t_ns"], sort=True)["delta"].sum().reset_index()
-    changes["bytes"] = changes.groupby("rank")["delta"].cumsum().astype(np.int64)
-    return changes[["rank", "t_ns", "bytes"]].reset_index(drop=True)
+    # does not show a spurious dip or peak. (numpy sort + reduceat: the groupby took ~15 ms of the
+    # 128-rank sample's Perfetto export.)
+    order = np.lexsort((t, rank))
+    rank, t, delta = rank[order], t[order], delta[order]
+    first = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (t[1:] != t[:-1])])
+    rank, t, delta = rank[first], t[first], np.add.reduceat(delta, first)
+    total = np.cumsum(delta)
+    rank_first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    before = np.repeat(np.r_[0, total[rank_first[1:] - 1]], np.diff(np.r_[rank_first, len(rank)]))
+    return pd.DataFrame({"rank": rank, "t_ns": t, "bytes": (total - before).astype(np.int64)})
 
 
 def step_medians(steps: pd.DataFrame) -> pd.DataFrame:
@@ -141,11 +148,13 @@ def collective_table(comm: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------ tables for views (dashboard)
 # Small pure functions the dashboard draws from, so that the views compute nothing themselves.
 
-def exposed_intervals(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
+def exposed_intervals(run_or_events: Run | pd.DataFrame,
+                      intervals: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Where comm is exposed: per (rank, step), the disjoint intervals of ∪comm minus ∪compute.
-    Their lengths sum to step_metrics' exposed_ns."""
+    Their lengths sum to step_metrics' exposed_ns. ``intervals``: (compute_intervals(ev),
+    comm_rows(ev)) when the caller has them already."""
     ev = run_or_events.events if isinstance(run_or_events, Run) else run_or_events
-    comp, comm = compute_intervals(ev), comm_rows(ev)
+    comp, comm = intervals if intervals is not None else (compute_intervals(ev), comm_rows(ev))
     cols = ["rank", "step", "start_ns", "end_ns"]
     if not len(comm):
         return pd.DataFrame(columns=cols)
@@ -163,8 +172,8 @@ def exposed_intervals(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     on_comm, on_comp = np.cumsum(d_comm[order]) > 0, np.cumsum(d_comp[order]) > 0
     keep = np.r_[(g[1:] == g[:-1]) & (t[1:] > t[:-1]) & on_comm[:-1] & ~on_comp[:-1], False]
     pg, ps, pe = merge_intervals(g[keep], t[keep], t[np.flatnonzero(keep) + 1])
-    return pd.DataFrame({"rank": idx.get_level_values(0)[pg].astype(int),
-                         "step": idx.get_level_values(1)[pg].astype(int),
+    return pd.DataFrame({"rank": idx.get_level_values(0).to_numpy()[pg].astype(int),
+                         "step": idx.get_level_values(1).to_numpy()[pg].astype(int),
                          "start_ns": ps, "end_ns": pe})
 
 

@@ -89,11 +89,16 @@ def read_meta(run_dir: str | os.PathLike) -> dict:
     return meta
 
 
-def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch], str | None]:
+def _read_stream(path: Path, expected: pa.Schema, steps: tuple[int, int] | None = None
+                 ) -> tuple[list[pa.RecordBatch], str | None]:
     """All complete batches of an IPC stream and a problem description (None when clean).
+    ``steps`` (A, B): only rows of steps A <= step < B, read one batch at a time (memory bounded
+    by a batch, not the file; see _step_batches).
 
     The file is read into memory first, never memory-mapped: a file truncated under a mapped
     reader (a second recording into the same directory) kills the process with SIGBUS."""
+    if steps is not None:
+        return _step_batches(path, steps)
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -106,14 +111,7 @@ def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch],
         reader = pa.ipc.open_stream(pa.BufferReader(data))
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise TraceError(f"{path}: not an Arrow IPC stream ({_short(e)})") from None
-    meta = reader.schema.metadata or {}
-    version = meta.get(b"syncviz.schema", b"").decode(errors="replace")
-    try:
-        major = S.parse_version(version)
-    except ValueError:
-        raise TraceError(f"{path}: not a syncviz stream (no schema version)") from None
-    if major != S.SCHEMA_MAJOR:
-        raise TraceError(f"{path}: trace schema {version} is not supported (reads {S.SCHEMA_VERSION})")
+    _check_version(path, reader)
     problem = None
     while True:
         try:
@@ -126,6 +124,74 @@ def _read_stream(path: Path, expected: pa.Schema) -> tuple[list[pa.RecordBatch],
     if problem is None and data[-len(_EOS):] != _EOS:
         problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
     return batches, problem
+
+
+def _check_version(path: Path, reader) -> None:
+    meta = reader.schema.metadata or {}
+    version = meta.get(b"syncviz.schema", b"").decode(errors="replace")
+    try:
+        major = S.parse_version(version)
+    except ValueError:
+        raise TraceError(f"{path}: not a syncviz stream (no schema version)") from None
+    if major != S.SCHEMA_MAJOR:
+        raise TraceError(f"{path}: trace schema {version} is not supported (reads {S.SCHEMA_VERSION})")
+
+
+def _step_batches(path: Path, steps: tuple[int, int]) -> tuple[list[pa.RecordBatch], str | None]:
+    """The rows of steps A <= step < B of one rank file, read batch by batch from the file (plain
+    reads, no memory map: see _read_stream) and cut to those steps; batches of other steps are
+    dropped as soon as they are read. A rank writes one batch per step in step order, so reading
+    stops at the first batch past B once every batch so far came in order: a 2-step export of a
+    long run reads the start of each file only."""
+    first, stop = steps
+    out: list[pa.RecordBatch] = []
+    try:
+        size = path.stat().st_size
+        f = pa.OSFile(str(path), "rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({_short(e)})") from None
+    if size == 0:
+        f.close()
+        return [], "empty file (the rank wrote nothing)"
+    with f:
+        try:
+            reader = pa.ipc.open_stream(f)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            raise TraceError(f"{path}: not an Arrow IPC stream ({_short(e)})") from None
+        _check_version(path, reader)
+        n, in_order, last_max = 0, True, None
+        while True:
+            try:
+                b = reader.read_next_batch()
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+                return out, f"truncated or corrupt after {n} complete batches ({_short(e)})"
+            n += 1
+            if "step" not in b.schema.names or not b.num_rows:
+                out.append(b)            # conform names what is wrong with it
+                continue
+            step = b.column("step")
+            if pa.types.is_dictionary(step.type):       # the simulator writes steps dictionary-encoded
+                step = step.dictionary_decode()
+            if not (pa.types.is_integer(step.type) or pa.types.is_floating(step.type)):
+                out.append(b)            # conform names what is wrong with it
+                continue
+            lo, hi = (v.as_py() for v in pc.min_max(step).values())
+            if lo is None:
+                continue
+            in_order &= last_max is None or lo >= last_max
+            last_max = hi
+            if lo >= stop and in_order:   # past the range: the rest of the file is not read
+                f.seek(size - len(_EOS))
+                closed = f.read(len(_EOS)) == _EOS
+                return out, None if closed else "not closed (rank stopped or still running)"
+            keep = pc.fill_null(pc.and_(pc.greater_equal(step, first), pc.less(step, stop)), False)
+            if hi >= first and lo < stop:
+                out.append(b.filter(keep))
+        f.seek(size - len(_EOS))
+        closed = f.read(len(_EOS)) == _EOS
+    return out, None if closed else f"not closed (rank stopped or still running) after {n} complete steps"
 
 
 def _short(e: Exception) -> str:
@@ -141,7 +207,8 @@ def rank_files(run_dir: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
-def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.Table, list[str], list[int]]:
+def load_events(run_dir: Path, ranks: Iterable[int] | None = None, steps: tuple[int, int] | None = None
+                ) -> tuple[pa.Table, list[str], list[int]]:
     """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks. A rank file
     that cannot be used is named in the problems and the other ranks are read; invalid and
     duplicate rows are dropped and counted (validate.py). Raises TraceError when no rank is usable."""
@@ -149,7 +216,7 @@ def load_events(run_dir: Path, ranks: Iterable[int] | None = None) -> tuple[pa.T
     if ranks is not None:
         wanted = set(ranks)
         files = {r: p for r, p in files.items() if r in wanted}
-    tables, problems, incomplete, errors = read_ranks(files)
+    tables, problems, incomplete, errors = read_ranks(files, steps)
     if errors and not tables:
         more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
         raise TraceError(errors[0][1] + more)
@@ -165,13 +232,14 @@ def empty_events() -> pa.Table:
     return S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
 
 
-def read_ranks(files: dict[int, Path]) -> tuple[list[pa.Table], list[str], list[int], list[tuple[int, str]]]:
+def read_ranks(files: dict[int, Path], steps: tuple[int, int] | None = None
+               ) -> tuple[list[pa.Table], list[str], list[int], list[tuple[int, str]]]:
     """load_events' work on some rank files: their tables (+ rank column), problems, incomplete
-    ranks and (rank, error) of the files that could not be used."""
+    ranks and (rank, error) of the files that could not be used. ``steps``: see _read_stream."""
     tables, problems, incomplete, errors = [], [], [], []
     for rank, path in files.items():
         try:
-            batches, problem = _read_stream(path, S.EVENT_SCHEMA)
+            batches, problem = _read_stream(path, S.EVENT_SCHEMA, steps)
             if problem:
                 problems.append(f"rank {rank} incomplete: {path.name}: {problem}")
                 incomplete.append(rank)
@@ -227,9 +295,11 @@ class RunFiles:
     incomplete_ranks: list[int]
 
 
-def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> RunFiles:
+def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None,
+             steps: tuple[int, int] | None = None) -> RunFiles:
     """Read run.json, every rank's complete steps and the layouts. Raises TraceError (one line)
-    when nothing usable is there; damage that leaves steps readable goes to ``problems``."""
+    when nothing usable is there; damage that leaves steps readable goes to ``problems``.
+    ``steps`` (A, B): only the events of steps A <= step < B (read without loading the rest)."""
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)
     if not rank_files(run_dir):
@@ -238,7 +308,7 @@ def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> 
     mproblems = V.check_meta(meta, on_disk)
     mproblems += [f"{p.name}: rank number out of range; ignored" for p in run_dir.glob("rank-*.arrow")
                   if _RANK_RE.match(p.name) and int(_RANK_RE.match(p.name).group(1)) >= V.MAX_WORLD][:3]
-    table, problems, incomplete = load_events(run_dir, ranks)
+    table, problems, incomplete = load_events(run_dir, ranks, steps)
     layouts, lproblems = load_layouts(run_dir)
     world = meta["world_size"]          # validated: 1..MAX_WORLD and >= the highest rank file
     if ranks is None and len(on_disk) < world:
@@ -270,9 +340,11 @@ def events_frame(table: pa.Table) -> pd.DataFrame:
     return events
 
 
-def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None) -> Run:
-    """Read a whole run. Raises TraceError (one line) when nothing usable is there."""
-    f = open_run(run_dir, ranks)
+def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None,
+             steps: tuple[int, int] | None = None) -> Run:
+    """Read a whole run (``steps`` (A, B): its steps A <= step < B only). Raises TraceError (one
+    line) when nothing usable is there."""
+    f = open_run(run_dir, ranks, steps)
     return Run(path=f.path, meta=f.meta, events=events_frame(f.table), layouts=f.layouts,
                problems=f.problems, incomplete_ranks=f.incomplete_ranks)
 

@@ -2,7 +2,7 @@
 
 \b
   syncviz export tensorboard RUN... --logdir DIR   scalars, histograms, summary text, layout
-  syncviz export perfetto RUN -o run.json[.gz]     Chrome trace for ui.perfetto.dev / chrome://tracing
+  syncviz export perfetto RUN -o run.json[.gz] [--steps A:B]   Chrome trace for ui.perfetto.dev / chrome://tracing
   syncviz export html RUN -o report.html           one self-contained file with the key charts
 """
 from __future__ import annotations
@@ -82,15 +82,56 @@ def tensorboard_command(runs, logdir, no_profiler):
                       short_help="Chrome trace JSON for Perfetto / chrome://tracing.")
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", required=True, help="run.json or run.json.gz")
-def perfetto_command(run, output):
+@click.option("--steps", "steps_spec", default=None, metavar="A:B",
+              help="Only optimizer steps A to B-1 (A inclusive, B exclusive; A: or :B leave a side open). "
+                   "Reads just those steps of each rank file, so a slice of a huge run exports quickly "
+                   "in little memory. [default: the whole run]")
+def perfetto_command(run, output, steps_spec):
     """Chrome trace JSON for https://ui.perfetto.dev and chrome://tracing: a process per rank,
-    compute and per-bucket tracks, ready→launch arrows, bytes in flight."""
+    compute and per-bucket tracks, ready→launch arrows, bytes in flight.
+
+    \b
+      syncviz export perfetto traces/my-run -o run.json.gz
+      syncviz export perfetto traces/my-run -o steps-10-12.json --steps 10:12
+    """
     from syncviz.views.export.perfetto import write_perfetto
 
     out = _output(output, (".json", ".json.gz"))
-    r = _one_run(run)
-    write_perfetto(r, out)
-    click.echo(f"{out} ({out.stat().st_size / 1e6:.2f} MB): open it in https://ui.perfetto.dev")
+    if steps_spec is None:
+        r, steps = _one_run(run), None
+    else:
+        steps = parse_steps(steps_spec)
+        runs = _runs((run,))
+        if len(runs) > 1:
+            raise click.UsageError(f"{run} holds {len(runs)} runs; name one of them (e.g. {runs[0]})")
+        # one step before the range as well: a collective queued behind the previous step's keeps
+        # the whole run's numbers (the export shows steps A..B-1 only)
+        r = load_run(runs[0], steps=(max(steps[0] - 1, 0), steps[1]))
+        warn_problems(r)
+        have = r.events["step"].to_numpy()
+        if not ((have >= steps[0]) & (have < steps[1])).any():
+            recorded = r.meta.get("steps_recorded")
+            more = f" (run.json: {recorded} steps recorded)" if isinstance(recorded, int) else ""
+            raise click.BadParameter(f"{steps_spec}: no events of these steps in {runs[0]}{more}",
+                                     param_hint="--steps")
+    write_perfetto(r, out, steps=steps)
+    what = f" (steps {steps[0]} to {steps[1] - 1})" if steps and steps[0] + 1 < steps[1] < 2 ** 62 else \
+        (f" (step {steps[0]})" if steps and steps[1] == steps[0] + 1 else (f" (steps {steps[0]} on)" if steps else ""))
+    click.echo(f"{out} ({out.stat().st_size / 1e6:.2f} MB){what}: open it in https://ui.perfetto.dev")
+
+
+def parse_steps(spec: str) -> tuple[int, int]:
+    """'A:B' → (A, B): steps A <= step < B; 'A:' runs to the end, ':B' starts at 0."""
+    a, sep, b = spec.strip().partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        first, stop = int(a) if a.strip() else 0, int(b) if b.strip() else 2 ** 62
+    except ValueError:
+        raise click.BadParameter(f"{spec!r}: give A:B (steps A to B-1, e.g. 10:12)", param_hint="--steps") from None
+    if first < 0 or stop <= first:
+        raise click.BadParameter(f"{spec!r}: need 0 <= A < B (steps A to B-1)", param_hint="--steps")
+    return first, stop
 
 
 @export_group.command("html", context_settings=CONTEXT,

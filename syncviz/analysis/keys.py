@@ -1,0 +1,121 @@
+"""Group keys as dense integer codes, and per-group cumcount / max over them, in numpy.
+
+pandas' groupby over several columns (strings among them) hashes the columns again on every call;
+the queueing tables group the same 28k comm rows of the 128-rank sample by six keys, which took
+~20 ms of its Perfetto export. Here each column is factorized once (Arrow-backed strings in Arrow,
+small integer ranges by offset) and the codes are combined arithmetically.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def _column_codes(col) -> tuple[np.ndarray, int]:
+    """Codes 0..k-1 of one column and k (any order of codes: only equality matters)."""
+    v = col.to_numpy() if isinstance(col, pd.Series) and col.dtype.kind in "iub" else col
+    if isinstance(v, np.ndarray) and v.dtype.kind in "iub" and len(v):
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < 1 << 24:
+            return (v.astype(np.int64) - lo), hi - lo + 1
+    codes, uniq = pd.factorize(v)
+    return codes.astype(np.int64), len(uniq) + 1          # + 1: factorize gives -1 for missing
+
+
+def group_codes(*cols) -> np.ndarray:
+    """One int64 code per row, equal exactly where the rows agree on every column (codes are not
+    dense and not sorted; NaN/None equal each other)."""
+    code, card = np.zeros(len(cols[0]), dtype=np.int64), 1
+    for col in cols:
+        c, k = _column_codes(col)
+        c = np.where(c < 0, k - 1, c)
+        if card * k >= 1 << 62:                     # keep the combined code in int64: re-densify
+            code, uniq = pd.factorize(code)
+            code, card = code.astype(np.int64), len(uniq)
+        code, card = code * k + c, card * k
+    return code
+
+
+def cumcount(codes: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows (in array order) have the same code."""
+    n = len(codes)
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    idx = np.arange(n)
+    first = np.maximum.accumulate(np.where(np.r_[True, sc[1:] != sc[:-1]], idx, 0)) if n else idx
+    out = np.empty(n, dtype=np.int64)
+    out[order] = idx - first
+    return out
+
+
+def group_max(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row, the max of ``values`` over the rows with the same code (NaN ignored unless all are)."""
+    dense, uniq = pd.factorize(codes)
+    top = np.full(len(uniq), -np.inf)
+    v = np.asarray(values, dtype=float)
+    np.fmax.at(top, dense, v)
+    out = top[dense]
+    return np.where(np.isneginf(out) & ~np.isneginf(v), np.nan, out)
+
+
+def group_cummax(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For rows sorted by group: the running max of ``values`` within each group, as
+    groupby(groups).cummax() gives it (whole-number values through numpy, else pandas)."""
+    g = np.asarray(groups)
+    v = np.asarray(values)
+    n = len(v)
+    if n == 0:
+        return v.copy()
+    start = np.r_[True, g[1:] != g[:-1]]
+    seg = np.cumsum(start) - 1
+    if v.dtype.kind in "iu":
+        lo, hi = int(v.min()), int(v.max())
+        span = hi - lo + 1
+        if span * (int(seg[-1]) + 1) < 2 ** 62:
+            w = (v.astype(np.int64) - lo) + seg * span
+            return (np.maximum.accumulate(w) - seg * span + lo).astype(v.dtype)
+    return pd.Series(v).groupby(g).cummax().to_numpy()
+
+
+def prev_cummax(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For rows sorted by group: the max of ``values`` over the earlier rows of the same group
+    (NaN for a group's first row); groupby(groups).cummax() then shift(1) within the group.
+    numpy's running max over values offset per group where the values are whole numbers (ns
+    times), else pandas."""
+    g = np.asarray(groups)
+    v = np.asarray(values, dtype=float)
+    n = len(v)
+    if n == 0:
+        return v.copy()
+    start = np.r_[True, g[1:] != g[:-1]]
+    lo, hi = (float(v.min()), float(v.max())) if np.isfinite(v).all() else (np.nan, np.nan)
+    seg = np.cumsum(start) - 1
+    span = hi - lo + 1
+    if not np.isfinite(span) or span * (seg[-1] + 1) >= 2 ** 62 or not (v == np.round(v)).all():
+        cm = pd.Series(v).groupby(g).cummax()
+        return cm.groupby(g).shift(1).to_numpy()
+    w = (v - lo).astype(np.int64) + seg * int(span)
+    run = np.maximum.accumulate(w) - seg * int(span)
+    out = np.empty(n)
+    out[1:] = run[:-1] + lo
+    out[start] = np.nan
+    return out
+
+
+def lookup(table: pd.Series, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``table.reindex(MultiIndex.from_arrays([a, b]))`` as floats (NaN where absent), for a Series
+    with a unique two-level integer index (e.g. per (rank, step)): one integer key per row and a
+    flat index lookup instead of a MultiIndex reindex."""
+    ta = table.index.get_level_values(0).to_numpy()
+    tb = table.index.get_level_values(1).to_numpy()
+    a, b = np.asarray(a), np.asarray(b)
+    if not (len(ta) and len(a) and ta.dtype.kind in "iu" and tb.dtype.kind in "iu" and a.dtype.kind in "iu" and b.dtype.kind in "iu"):
+        return table.reindex(pd.MultiIndex.from_arrays([a, b])).to_numpy(dtype=float)
+    lo = min(int(tb.min()), int(b.min()))
+    width = max(int(tb.max()), int(b.max())) - lo + 1
+    top = max(abs(int(ta.min())), abs(int(ta.max())), abs(int(a.min())), abs(int(a.max()))) + 1
+    if width * top * 2 >= 1 << 62:
+        return table.reindex(pd.MultiIndex.from_arrays([a, b])).to_numpy(dtype=float)
+    pos = pd.Index(ta.astype(np.int64) * width + (tb - lo)).get_indexer(a.astype(np.int64) * width + (b - lo))
+    vals = np.r_[table.to_numpy(dtype=float), np.nan]
+    return vals[pos]
