@@ -26,9 +26,9 @@ from syncviz.dashboard.data.store import RunStore
 PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "distributed", "lesson")
 
 
-def create_app(root: str | Path) -> dash.Dash:
+def create_app(root: str | Path, max_run_bytes: int | None = None) -> dash.Dash:
     """Build the app for the runs under ``root`` (one app per process: pages are module-level)."""
-    store = RunStore(root)
+    store = RunStore(root, max_run_bytes)
     C.set_store(store)
     app = dash.Dash(__name__, use_pages=True, pages_folder="", title="syncviz",
                     assets_folder=str(Path(__file__).parent / "assets"),
@@ -151,7 +151,10 @@ def _check_port(host: str, port: int) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; the default serves this machine only.")
 @click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, reload on code change).")
-def dash_command(root: Path, port: int, host: str, debug: bool):
+@click.option("--max-run-gb", type=click.FloatRange(min=0.001), default=None,
+              help="Largest run (GB of rank files) opened whole; bigger ones get an error card naming the "
+                   "commands that handle them [an eighth of this machine's memory].")
+def dash_command(root: Path, port: int, host: str, debug: bool, max_run_gb: float | None):
     """Serve the Dash replay app for the runs under ROOT (a run directory or a folder of runs)."""
     if not root.exists():
         raise click.ClickException(f"{root}: no such directory")
@@ -165,7 +168,7 @@ def dash_command(root: Path, port: int, host: str, debug: bool):
     logging.getLogger("syncviz.dashboard").addHandler(handler)
     if not debug:   # one line per request would bury the URL
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    app = create_app(root)
+    app = create_app(root, None if max_run_gb is None else int(max_run_gb * 1e9))
     n = len(C.store().names())
     shown = f"[{host}]" if ":" in host else host
     if not reloaded:

@@ -176,6 +176,24 @@ def test_background_blocks_cover_the_run(store):
     assert run.step_table() is steps
 
 
+def test_run_too_big_to_open_whole_is_one_line(root):
+    """A run whose rank files exceed the server's budget is refused with one line naming the
+    commands that handle big runs (a 10^8-event run would otherwise take the server down)."""
+    from syncviz.dashboard.data.store import RunStore, default_max_run_bytes
+    assert default_max_run_bytes() >= 2 ** 30
+    store = RunStore(root, max_run_bytes=10_000)
+    with pytest.raises(TraceError) as e:
+        store.get("synth8")
+    msg = str(e.value)
+    assert "\n" not in msg and "GB of events" in msg and "syncviz summary synth8" in msg and "--steps" in msg
+    assert RunStore(root).get("synth8").table.num_rows > 0          # the default budget opens it
+    assert store.meta("synth8")["world_size"] == 8                    # listing still works
+    from click.testing import CliRunner
+    from syncviz.cli import cli
+    r = CliRunner().invoke(cli, ["dash", str(root), "--max-run-gb", "0"])
+    assert r.exit_code != 0 and "--max-run-gb" in r.output
+
+
 def test_whole_run_tables_same_from_whole_analysis_and_from_blocks(root):
     """A page opened before the background blocks are done gets its tables (steps, bucket rows,
     lateness matrix) from one whole-run analysis; once the blocks are done, from their slices. The

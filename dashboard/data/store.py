@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -31,11 +32,24 @@ LIST_TTL_S = 2.0          # how long a directory scan of the root is reused
 MAX_LOADED = 4            # runs kept in memory at once
 
 
+def default_max_run_bytes() -> int:
+    """Largest run (bytes of its rank files) the dashboard opens whole: an eighth of this machine's
+    memory. A run is held in memory several times over once analysed (10^7 events: 1.8 GB of files,
+    9.3 GB peak for the whole-run analysis, benchmarks/scale.py), so a 10^8-event run would take the
+    server down with it; refused with one line instead."""
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        ram = 16 * 2 ** 30
+    return max(2 ** 30, ram // 8)
+
+
 class RunStore:
     """The runs under ``root``: discovery, safe lookup by name, and a cache of loaded runs."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, max_run_bytes: int | None = None):
         self.root = Path(root).resolve()
+        self.max_run_bytes = default_max_run_bytes() if max_run_bytes is None else int(max_run_bytes)
         self._lock = threading.Lock()
         self._listed: tuple[float, dict[str, Path]] = (0.0, {})
         self._loaded: OrderedDict[str, LoadedRun | TraceError] = OrderedDict()
@@ -105,6 +119,7 @@ class RunStore:
                 if isinstance(cached, LoadedRun):
                     cached.blocks.cancel()
                 try:
+                    self._check_size(name, sig)
                     cached = LoadedRun(name, path, sig)
                 except TraceError as e:
                     cached = e
@@ -116,6 +131,15 @@ class RunStore:
         if isinstance(cached, TraceError):
             raise cached
         return cached
+
+    def _check_size(self, name: str, sig: tuple) -> None:
+        """Refuse, in one line, a run too big to hold in memory (see default_max_run_bytes)."""
+        size = sum(n for f, n, _ in sig if f.startswith("rank-"))
+        if size > self.max_run_bytes:
+            raise TraceError(
+                f"{name}: {size / 1e9:.1f} GB of events, more than this dashboard opens whole "
+                f"({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb); `syncviz summary {name}` summarizes it in "
+                f"partitions and `syncviz export perfetto {name} --steps A:B` exports a step range")
 
     def _keep_recent(self, name: str) -> None:
         """Keep the MAX_LOADED most recently used runs in memory (a 1M-event run holds ~1 GB once
