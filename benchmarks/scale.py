@@ -134,9 +134,9 @@ def main() -> None:
     ap.add_argument("--perfetto-max", type=float, default=1.1e6,
                     help="largest run to export whole to Perfetto (a 2-step export, --steps, runs at every size) [1.1e6]")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement [900]")
-    ap.add_argument("--baseline", default=None,
+    ap.add_argument("--baseline", action="append", default=[],
                     help="a checkout of former code (its repository root): its partitioned summary runs beside this one, "
-                         "same run, same minute")
+                         "same run, same minute (repeatable)")
     ap.add_argument("--skip-views", action="store_true", help="only the summaries (no dashboard data layer or export)")
     args = ap.parse_args()
     root = Path(args.dir)
@@ -156,12 +156,12 @@ def main() -> None:
         print(f"{'what':<34} {'events':>10}  {'wall':>8} {'CPU':>8} {'peak':>8}  {'load 1m':>11}")
         new_out, old_out = root / "new.txt", root / "old.txt"
         new = measure([PY, "-m", "syncviz", "summary", str(run), *jobs], args.timeout, new_out, cwd=str(HERE))
-        if args.baseline:
+        for b in args.baseline:
             base_out = root / "base.txt"
             base = measure([PY, "-m", "syncviz", "summary", str(run), *jobs], args.timeout, base_out,
-                           cwd=str(Path(args.baseline).resolve()))
+                           cwd=str(Path(b).resolve()))
             same = base["status"] == "ok" and new["status"] == "ok" and base_out.read_bytes() == new_out.read_bytes()
-            row("summary, baseline checkout", n, base, f"{Path(args.baseline).name}")
+            row(f"summary, baseline {Path(b).name}"[:34], n, base)
             row("summary, this checkout", n, new, f"same output: {'yes' if same else 'NO'}; "
                 f"{base['cpu_s'] / max(new['cpu_s'], 1e-9):.2f}x less CPU, {base['wall_s'] / new['wall_s']:.2f}x wall")
         old = None
