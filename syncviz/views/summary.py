@@ -198,6 +198,8 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch):
             print_summary(summarize(run, jobs=jobs, progress=progress, scratch=scratch))
             return
         from syncviz.analysis.cluster import ClusterError, dask_executor
+        from syncviz.trace.read import read_meta
+        read_meta(run)              # a wrong path is one line before any cluster starts
         try:
             with dask_executor(dask_address, jobs) as (executor, where):
                 progress(f"on {where}")
