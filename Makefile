@@ -15,9 +15,9 @@ $(BASE): pyproject.toml setup.py
 	touch $(BASE)
 
 # What the tests need on top: pytest, selenium, triton (kernel tests), torch-tb-profiler, ruff,
-# lightning and accelerate (tests/test_engines.py).
+# lightning and accelerate (tests/test_engines.py), dask[distributed] (tests/test_cluster.py).
 $(DEV): $(BASE)
-	$(PIP) install -q -e ".[test,kernels,profiler]"
+	$(PIP) install -q -e ".[test,kernels,profiler,cluster]"
 	# DeepSpeed without prebuilt ops: they are JIT-built on first use (syncviz/workloads/ds_build.py)
 	DS_BUILD_OPS=0 $(PIP) install -q -e ".[deepspeed]"
 	touch $(DEV)

@@ -6,6 +6,8 @@ whole run where it fits and of two steps (``--steps``) at every size.
     python benchmarks/scale.py                          # 1e6 and 1e7 events
     python benchmarks/scale.py --sizes 1e6,1e7,1e8      # 1e8: ~5 GB of trace, minutes
     python benchmarks/scale.py --jobs 2 --whole-max 2e7 --dashboard-max 1.1e7
+    python benchmarks/scale.py --baseline /tmp/base   # + the partitioned summary of another checkout
+                                                      # (e.g. `git archive main | tar -x -C /tmp/base`)
 
 Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers),
 peak memory (the sum of the resident sizes of the process and its workers, sampled every 50 ms:
@@ -31,6 +33,7 @@ import psutil
 
 EVENTS_PER_RANK_STEP = 407          # llama70b-1024 preset (ZeRO-3): 4,167,680 events for 1,024 ranks x 10 steps
 PY = sys.executable
+HERE = Path(__file__).resolve().parent.parent
 
 DASH = r"""
 import json, sys, time
@@ -75,13 +78,14 @@ def simulate(root: Path, events: float) -> tuple[Path, int]:
     return run, n
 
 
-def measure(cmd: list[str], timeout: float, out: Path | None = None) -> dict:
-    """Run ``cmd``; wall, CPU, peak RSS of its process tree, load average; stdout to ``out``."""
+def measure(cmd: list[str], timeout: float, out: Path | None = None, cwd: str | None = None) -> dict:
+    """Run ``cmd``; wall, CPU, peak RSS of its process tree, load average; stdout to ``out``.
+    ``cwd``: a checkout whose syncviz `python -m syncviz` then imports (it comes first on sys.path)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(out or os.devnull, "wb") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.PIPE)
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.PIPE, cwd=cwd)
         proc, peak, status = psutil.Process(p.pid), 0, "ok"
         while p.poll() is None:
             rss = 0
@@ -130,6 +134,10 @@ def main() -> None:
     ap.add_argument("--perfetto-max", type=float, default=1.1e6,
                     help="largest run to export whole to Perfetto (a 2-step export, --steps, runs at every size) [1.1e6]")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement [900]")
+    ap.add_argument("--baseline", action="append", default=[],
+                    help="a checkout of former code (its repository root): its partitioned summary runs beside this one, "
+                         "same run, same minute (repeatable)")
+    ap.add_argument("--skip-views", action="store_true", help="only the summaries (no dashboard data layer or export)")
     args = ap.parse_args()
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -147,10 +155,18 @@ def main() -> None:
         print(f"\n{run.name}: {n:,} events, {sum(p.stat().st_size for p in run.iterdir()) / 1e9:.2f} GB on disk")
         print(f"{'what':<34} {'events':>10}  {'wall':>8} {'CPU':>8} {'peak':>8}  {'load 1m':>11}")
         new_out, old_out = root / "new.txt", root / "old.txt"
-        new = measure([PY, "-m", "syncviz", "summary", str(run), *jobs], args.timeout, new_out)
+        new = measure([PY, "-m", "syncviz", "summary", str(run), *jobs], args.timeout, new_out, cwd=str(HERE))
+        for b in args.baseline:
+            base_out = root / "base.txt"
+            base = measure([PY, "-m", "syncviz", "summary", str(run), *jobs], args.timeout, base_out,
+                           cwd=str(Path(b).resolve()))
+            same = base["status"] == "ok" and new["status"] == "ok" and base_out.read_bytes() == new_out.read_bytes()
+            row(f"summary, baseline {Path(b).name}"[:34], n, base)
+            row("summary, this checkout", n, new, f"same output: {'yes' if same else 'NO'}; "
+                f"{base['cpu_s'] / max(new['cpu_s'], 1e-9):.2f}x less CPU, {base['wall_s'] / new['wall_s']:.2f}x wall")
         old = None
         if n <= args.whole_max:
-            old = measure([PY, "-m", "syncviz", "summary", "--whole", str(run)], args.timeout, old_out)
+            old = measure([PY, "-m", "syncviz", "summary", "--whole", str(run)], args.timeout, old_out, cwd=str(HERE))
             same = old["status"] == "ok" and new_out.read_bytes() == old_out.read_bytes()
             row("summary --whole (former)", n, old)
             row("summary (partitioned)", n, new, f"same output: {'yes' if same else 'NO'}; "
@@ -160,6 +176,8 @@ def main() -> None:
                 f"(~460 B/event: ~{n * 460 / 1e9:.0f} GB)")
             row("summary (partitioned)", n, new)
         results.append((n, new, old))
+        if args.skip_views:
+            continue
         if n <= args.dashboard_max:
             m = measure([PY, "-c", DASH, str(root), run.name], args.timeout, root / "dash.json")
             d = json.loads((root / "dash.json").read_text() or "{}") if m["status"] == "ok" else {}

@@ -3,6 +3,7 @@ combine their results. Each pass reads one partition of whole ranks and returns 
 reasons each combination equals the whole-run number are in partitioned.py's docstring."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from syncviz.analysis.columns import as_str
 
 SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
 _EVENTS: dict[str, pd.DataFrame] = {}        # per worker process: the run's collectives (pass 2)
+_EVENTS_LOCK = threading.Lock()              # a Dask worker may run several partitions in threads
 
 
 def _read(run_dir: str, files: dict[int, Path]):
@@ -79,10 +81,11 @@ def combine_events(parts: list) -> pd.DataFrame:
 
 
 def _events(path: str) -> pd.DataFrame:
-    if path not in _EVENTS:
-        _EVENTS.clear()
-        _EVENTS[path] = pd.read_pickle(path)
-    return _EVENTS[path]
+    with _EVENTS_LOCK:
+        if path not in _EVENTS:
+            _EVENTS.clear()
+            _EVENTS[path] = pd.read_pickle(path)
+        return _EVENTS[path]
 
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,

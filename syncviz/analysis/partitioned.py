@@ -80,9 +80,13 @@ def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) ->
     return out
 
 
-def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None) -> SummaryTables:
+def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
+              executor=None, scratch: str | None = None) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
-    process). Raises TraceError like read.open_run."""
+    process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
+    Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
+    scratch files go (workers must reach it; default: the system temp dir). Raises TraceError
+    like read.open_run."""
     run_dir = Path(run_dir)
     meta = R.read_meta(run_dir)
     files = R.rank_files(run_dir)
@@ -94,17 +98,19 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     parts = partitions(files, target_events)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(parts)))
     say = progress or (lambda msg: None)
+    if executor is not None:
+        return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch, own=False)
     pool = _pool(jobs)
     try:
-        return _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say)
+        return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 
-def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say) -> SummaryTables:
-    with tempfile.TemporaryDirectory(prefix="syncviz-summary-") as scratch:
-        say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs} processes")
+def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True) -> SummaryTables:
+    with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
+        say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
         steps_parts, events, rows = [], None, 0
@@ -149,7 +155,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say) -> Summa
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
             say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
-        if pool is not None:
+        if pool is not None and own:
             pool.shutdown()       # the workers' memory is given back before the combine's medians
         second[0]["skew"] = skew
         return _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,

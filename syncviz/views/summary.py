@@ -175,7 +175,14 @@ def summary_json(run: Run) -> dict:
               help="Worker processes for the report, one partition of ranks each at a time [CPU count].")
 @click.option("--whole", is_flag=True, help="Load the whole run into memory at once (the former way; same numbers, "
               "memory grows with the run). Default: by partitions of ranks, memory bounded by one partition.")
-def summary_command(run, as_json, jobs, whole):
+@click.option("--dask", "dask_address", metavar="ADDRESS|local", default=None,
+              help="Run the partitions on a Dask cluster: a scheduler address (tcp://host:8786) or 'local' (a LocalCluster "
+              "of --jobs worker processes). For runs beyond one machine: the workers read the rank files themselves, so the "
+              "run directory and --scratch must be on a filesystem they share, at the same path. Needs dask[distributed].")
+@click.option("--scratch", type=click.Path(file_okay=False), default=None,
+              help="Directory for the summary's scratch files (a few MB per partition) [system temp dir]; with a remote "
+              "--dask cluster, one every worker can write to.")
+def summary_command(run, as_json, jobs, whole, dask_address, scratch):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
     if as_json:
         r = load_run(run)
@@ -187,7 +194,19 @@ def summary_command(run, as_json, jobs, whole):
         def progress(msg):
             if sys.stderr.isatty():
                 click.echo(f"syncviz summary: {msg}", err=True)
-        print_summary(summarize(run, jobs=jobs, progress=progress))
+        if dask_address is None:
+            print_summary(summarize(run, jobs=jobs, progress=progress, scratch=scratch))
+            return
+        from syncviz.analysis.cluster import ClusterError, dask_executor
+        from syncviz.trace.read import read_meta
+        read_meta(run)              # a wrong path is one line before any cluster starts
+        try:
+            with dask_executor(dask_address, jobs) as (executor, where):
+                progress(f"on {where}")
+                tables = summarize(run, jobs=jobs, progress=progress, executor=executor, scratch=scratch)
+        except ClusterError as e:
+            raise click.UsageError(str(e)) from None
+        print_summary(tables)
 
 
 def _clean(o):
