@@ -103,7 +103,7 @@ def _step(rng: random.Random, nparams: int, micros: int):
 @pytest.mark.parametrize("seed", range(12))
 def test_array_build_equals_rowwise_build(seed):
     rng = random.Random(seed)
-    nparams = rng.choice((1, 7, 300, 1200))
+    nparams = (1, 7, 300, 1200)[seed % 4]     # both builds: row by row below columns.ARRAY_ROWS, arrays above
     phases, ready, buckets, collectives = _step(rng, nparams, rng.randint(1, 4))
     layout = {(lay, b): rng.sample(range(nparams + 3), rng.randint(0, min(nparams, 40))) for lay in (0, 1) for b in range(4)}
     kw = dict(phases=phases, ready=ready, buckets=buckets, collectives=collectives, base=rng.randint(-900, 10**9),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from syncviz.record.columns import GradBlock, StepColumns
+from syncviz.record.columns import ARRAY_ROWS, GradBlock, RowGrads, StepColumns
 from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.trace import schema as S
 
@@ -33,7 +33,8 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
     for p in phases:
         add(p.kind, p.name, p.start, p.end, micro=max(p.micro, 0), layout=p.depth)
         spans.append((p.start, p.end, p.kind))
-    grads = GradBlock(ready, base)    # hooks append plain tuples in GradReady's order
+    # hooks append plain tuples in GradReady's order; many become arrays, a few rows right here
+    grads = GradBlock(ready, base) if len(ready) >= ARRAY_ROWS else RowGrads(ready, base, add, param_name)
     # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
     # the collectives issued inside it.
     # Its launch: the collective call inside the hook (DDP's default path stamps it; for another

@@ -26,6 +26,28 @@ def repeat_str(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(b * n))
 
 
+# Below this many rows a step's gradient-ready rows are added row by row (RowGrads): the arrays'
+# fixed cost (~30 numpy/Arrow calls) exceeds the rows' (short-steps: 8 parameters, ~0.3 ms more a step).
+ARRAY_ROWS = 64
+
+
+class RowGrads:
+    """A few gradient-ready records, added as rows by ``add`` (batch.py's row adder) right away."""
+    n = 0     # no rows left for an array block
+
+    def __init__(self, ready: list[tuple], base: int, add, param_name):
+        self._by: dict[tuple[int, int], int] = {}
+        for param, t_local, micro in ready:
+            t = t_local + base
+            add(S.GRAD_READY, param_name(param), t, t, micro=max(micro, 0))
+            key = (micro, param)
+            self._by[key] = max(self._by.get(key, -1), t)
+
+    def last_ready(self, micro: int, params) -> int:
+        by = self._by
+        return max((by.get((micro, i), -1) for i in params), default=-1)
+
+
 class GradBlock:
     """The step's gradient-ready records (plain tuples: param index, local ns, micro) as arrays.
 
