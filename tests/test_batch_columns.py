@@ -87,6 +87,8 @@ def _step(rng: random.Random, nparams: int, micros: int):
         for p in rng.sample(range(nparams), rng.randint(0, nparams)):
             for _ in range(rng.choice((1, 1, 1, 2))):          # a parameter used twice is stamped twice
                 ready.append((p, t + rng.randint(500, 5_000), m if rng.random() > 0.05 else -1))
+        if rng.random() < 0.3:                                  # an engine's stamp for an unindexed parameter
+            ready.append((-1, t + rng.randint(500, 5_000), m))
         for b in range(rng.randint(0, 4)):
             launch = t + rng.randint(500, 5_000)
             call = BucketCall(b, rng.choice((0, 1)), launch, 4096 * (b + 1), "float32", "allreduce", m,
@@ -105,7 +107,7 @@ def test_array_build_equals_rowwise_build(seed):
     rng = random.Random(seed)
     nparams = (1, 7, 300, 1200)[seed % 4]     # both builds: row by row below columns.ARRAY_ROWS, arrays above
     phases, ready, buckets, collectives = _step(rng, nparams, rng.randint(1, 4))
-    layout = {(lay, b): rng.sample(range(nparams + 3), rng.randint(0, min(nparams, 40))) for lay in (0, 1) for b in range(4)}
+    layout = {(lay, b): rng.sample(range(-1, nparams + 3), rng.randint(0, min(nparams, 40))) for lay in (0, 1) for b in range(4)}
     kw = dict(phases=phases, ready=ready, buckets=buckets, collectives=collectives, base=rng.randint(-900, 10**9),
               world_size=2, step_start=rng.choice((None, 900)), param_name=lambda i: f"layer.{i}.weight",
               bucket_params=lambda lay, b: layout[(lay, b)])

@@ -69,11 +69,16 @@ class GradBlock:
         if latest is None:     # the latest ready time of every parameter in this micro-step, -1 if none
             size = int(max(self.param.max(), 0)) + 1
             latest = self._max[micro] = np.full(size, -1, dtype=np.int64)
-            mask = self.micro == micro
+            mask = (self.micro == micro) & (self.param >= 0)
             np.maximum.at(latest, self.param[mask], self.t[mask])
         idx = np.asarray(params, dtype=np.int64)
+        best = -1
+        if (idx < 0).any():    # an unindexed parameter (index -1) is looked up as the row-by-row build did
+            for i in set(idx[idx < 0].tolist()):
+                hit = self.t[(self.micro == micro) & (self.param == i)]
+                best = max(best, int(hit.max()) if len(hit) else -1)
         idx = idx[(idx >= 0) & (idx < len(latest))]
-        return max(int(latest[idx].max()), -1) if len(idx) else -1
+        return max(int(latest[idx].max()), best) if len(idx) else best
 
     def columns(self, step: int, param_name, names: pa.Array | None = None) -> dict[str, pa.Array | np.ndarray]:
         """Every event column of the rows (numpy for numbers, Arrow for strings). ``names``: every
