@@ -1,20 +1,25 @@
 """Tracing overhead on user-style DDP scripts: syncviz, torch.profiler and TraceML, each against
 plain torchrun, side by side in one run, with 95% confidence intervals.
 
-    python benchmarks/overhead.py                          # every case, every tool, 20 rounds
-    python benchmarks/overhead.py --cases short-steps --rounds 40 --tools syncviz
+    python benchmarks/overhead.py                          # every case, every tool, 6 launches x 4 rounds
+    python benchmarks/overhead.py --cases short-steps --rounds 40 --launches 8 --tools syncviz
 
 Design, because this 2-core machine is noisy (separate launches, plain against plain, differed by
 0.65x to 1.9x under load, and by up to 22% on a quiet machine):
-- Every tool's job (and a second plain job) is started once per case and stays alive; after its
-  warm-up it waits on a FIFO. A round gives each job one block of `--steps` steps, in a shuffled
-  order, one job at a time, so the blocks of one round are seconds apart and process start-up is
-  never timed. The first round is dropped.
+- Every tool's job (and a second plain job) is started, all in parallel, and stays alive for one
+  launch; after its warm-up it waits on a FIFO. A round gives each job one block of `--steps` steps,
+  in a shuffled order, one job at a time, so the blocks of one round are seconds apart and process
+  start-up is never timed. Each launch's first round is dropped.
 - A tool's ratio in a round is its block's median step time over the plain job's block of the same
   round: the pairing cancels drift between rounds (other load, frequency changes).
-- The ratios of all rounds give a geometric mean and a 95% t-interval on their logarithms.
+- A process has a speed of its own: with one launch, the A/A ratio of two identical plain jobs
+  came out at 1.051 [1.037, 1.066] in one run and 0.980 [0.967, 0.993] in another (CPU time,
+  many-params): the intervals over rounds were tight, but around a per-process offset. So the
+  rounds are split over `--launches` fresh starts of every job (in a shuffled start order, in
+  folders job0, job1, ... whose names have the same length for every tool), and the interval is a
+  95% t-interval over the launches' mean log ratios: process-to-process variation is inside it.
 - "plain again / plain" is an A/A test: its interval shows the resolution reached. If it does not
-  contain 1.000, or is wider than the effect you want to see, run more rounds.
+  contain 1.000, or is wider than the effect you want to see, run more launches.
 - Wall time and process CPU time (rank 0, every thread, gloo's included) are both reported: CPU
   time is less disturbed by other processes and shows work added even where it overlaps.
 - Caveat: idle jobs are not quite idle (syncviz's watchdog wakes once a second; TraceML's
@@ -71,12 +76,15 @@ class Job:
 
     def __init__(self, tool: str, case: str, a, work: Path):
         self.tool = tool
-        self.dir = work / ("syncviz-compare" if "@" in tool else tool.replace(" ", "-").replace(".", "-"))
+        # Every job's folder name has the same length (job0, job1, ...: the start order), so no tool's
+        # argv or cwd is longer than another's (a process's layout in memory depends on them).
+        self.dir = work
         gate = self.dir / "gate"
         gate.mkdir(parents=True)
         for r in RANKS:
             os.mkfifo(gate / f"go-{r}")
             os.mkfifo(gate / f"done-{r}")
+        self.gate = gate
         self.out = self.dir / "times.json"
         self.log = open(self.dir / "log.txt", "w")
         cmd = command(tool, case, a, self.out, self.dir) + ["--gate", str(gate)]
@@ -84,8 +92,11 @@ class Job:
         if tool.startswith("syncviz@"):      # another checkout's syncviz, imported first
             env["PYTHONPATH"] = os.pathsep.join([tool.split("@", 1)[1], env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=self.dir)
-        self.done = [os.open(gate / f"done-{r}", os.O_RDONLY | os.O_NONBLOCK) for r in RANKS]
-        self.go = [self._open_writer(gate / f"go-{r}", a.timeout) for r in RANKS]
+
+    def connect(self, timeout: float) -> None:
+        """Wait until the job finished its warm-up and opened its gates (jobs start in parallel)."""
+        self.done = [os.open(self.gate / f"done-{r}", os.O_RDONLY | os.O_NONBLOCK) for r in RANKS]
+        self.go = [self._open_writer(self.gate / f"go-{r}", timeout) for r in RANKS]
 
     def _fail(self, what: str):
         self.proc.kill()
@@ -134,20 +145,45 @@ class Job:
 
 
 def measure(case: str, tools: list[str], a, work: Path, rng) -> dict:
-    """tool -> [(median wall s, median CPU s) per round], the first (warm-up) round dropped"""
-    jobs = {t: Job(t, case, a, work / case) for t in ["plain", "plain again", *tools]}
-    for r in range(a.rounds + 1):
-        order = list(jobs)
+    """tool -> one list per launch of [(median wall s, median CPU s) per round], each launch's first
+    (warm-up) round dropped. Every launch starts every job afresh, in a shuffled order."""
+    names = ["plain", "plain again", *tools]
+    out: dict[str, list] = {t: [] for t in names}
+    sizes = [a.rounds // a.launches + (i < a.rounds % a.launches) for i in range(a.launches)]
+    done = 0
+    for li, n in enumerate(sizes):
+        order = list(names)
         rng.shuffle(order)
-        for tool in order:
-            jobs[tool].block(a.timeout)
-        if r:
-            print(f"{case:14s} round {r}/{a.rounds}", flush=True)
-    out = {}
-    for tool, job in jobs.items():
-        blocks = job.finish(a.timeout)[1:]
-        out[tool] = [(statistics.median(w for w, _ in b), statistics.median(c for _, c in b)) for b in blocks]
+        jobs = {t: Job(t, case, a, work / case / f"launch{li}" / f"job{k}") for k, t in enumerate(order)}
+        for job in jobs.values():
+            job.connect(a.timeout)
+        for r in range(n + 1):
+            rng.shuffle(order)
+            for tool in order:
+                jobs[tool].block(a.timeout)
+            if r:
+                done += 1
+                print(f"{case:14s} launch {li + 1}/{a.launches} round {done}/{a.rounds}", flush=True)
+        for tool, job in jobs.items():
+            blocks = job.finish(a.timeout)[1:]
+            out[tool].append([(statistics.median(w for w, _ in b), statistics.median(c for _, c in b)) for b in blocks])
     return out
+
+
+def ratios(per: dict, tool: str, base: str, k: int) -> list[list[float]]:
+    """Per launch, the paired ratios tool / base of each round (k: 0 wall, 1 CPU)."""
+    return [[x[k] / p[k] for x, p in zip(xs, ps)] for xs, ps in zip(per[tool], per[base])]
+
+
+def nested_interval(by_launch: list[list[float]]) -> tuple[float, float, float]:
+    """Geometric mean and 95% t-interval with the launch as the unit: each launch's mean log ratio,
+    then a t-interval over launches. A process has a speed of its own (two launches of the same
+    plain script differed by 1-5% in CPU time for their whole life, measured here), so rounds of
+    one launch are not independent samples of a tool's cost; only new processes average that out.
+    With one launch this is the rounds' interval (per-process bias not covered)."""
+    if len(by_launch) == 1:
+        return interval(by_launch[0])
+    return interval([math.exp(statistics.fmean(math.log(r) for r in rs)) for rs in by_launch])
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -165,7 +201,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {', '.join(TOOLS)}")
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=24, help="measured rounds in all, split over --launches")
+    ap.add_argument("--launches", type=int, default=6, help="times every job is started afresh (the interval's unit)")
     ap.add_argument("--steps", type=int, default=10, help="steps per block (gpt2-small: a tenth, at least 2)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900, help="seconds a job may take to start or to run a block")
@@ -184,8 +221,8 @@ def main():
         if not (Path(a.compare) / "syncviz" / "__init__.py").exists():
             sys.exit(f"overhead: --compare {a.compare}: not a syncviz checkout")
         tools.append("syncviz@" + str(Path(a.compare).resolve()))
-    if a.rounds < 2:
-        sys.exit("overhead: --rounds must be >= 2 for an interval")
+    if a.launches < 1 or a.rounds < max(2, a.launches):
+        sys.exit("overhead: need --launches >= 1 and --rounds >= max(2, --launches)")
     rng = random.Random(0)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,27 +232,25 @@ def main():
                 a.steps = max(2, steps // 10)
             results[case] = measure(case, tools, a, Path(tmp), rng)
             a.steps = steps
-    print(f"\n2 gloo ranks, 1 thread each, {a.rounds} rounds x {a.steps} measured steps "
-          f"(gpt2-small: {max(2, a.steps // 10)}); ratio = tool / plain of the same round, geometric mean [95% CI]")
+    print(f"\n2 gloo ranks, 1 thread each, {a.launches} launches x {a.rounds // a.launches} rounds x {a.steps} "
+          f"measured steps (gpt2-small: {max(2, a.steps // 10)}); ratio = tool / plain of the same round, "
+          f"geometric mean [95% CI over launches]; load average {os.getloadavg()[0]:.1f}")
     print(f"{'case':14s} {'plain ms':>9s}  {'tool':15s} {'wall ratio':>26s} {'CPU ratio':>26s}")
     for case, per in results.items():
-        plain = per["plain"]
-        ms = 1e3 * statistics.median(w for w, _ in plain)
+        ms = 1e3 * statistics.median(w for launch in per["plain"] for w, _ in launch)
         for tool in [t for t in per if t != "plain"]:
-            w = interval([x[0] / p[0] for x, p in zip(per[tool], plain)])
-            c = interval([x[1] / p[1] for x, p in zip(per[tool], plain)])
+            w, c = (nested_interval(ratios(per, tool, "plain", k)) for k in (0, 1))
             label = "syncviz@compare" if "@" in tool else tool
             print(f"{case:14s} {ms:9.2f}  {label:15s} {w[0]:8.3f} [{w[1]:.3f}, {w[2]:.3f}]    "
                   f"{c[0]:8.3f} [{c[1]:.3f}, {c[2]:.3f}]")
     for case, per in results.items():
         old = next((t for t in per if "@" in t), None)
         if old and "syncviz" in per:
-            w = interval([x[0] / p[0] for x, p in zip(per["syncviz"], per[old])])
-            c = interval([x[1] / p[1] for x, p in zip(per["syncviz"], per[old])])
+            w, c = (nested_interval(ratios(per, "syncviz", old, k)) for k in (0, 1))
             print(f"{case:14s} this syncviz / --compare's: wall {w[0]:.3f} [{w[1]:.3f}, {w[2]:.3f}]   "
                   f"CPU {c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]")
     if a.json:
-        Path(a.json).write_text(json.dumps({"rounds": a.rounds, "steps": a.steps, "results": results}, indent=1))
+        Path(a.json).write_text(json.dumps({"rounds": a.rounds, "launches": a.launches, "steps": a.steps, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """A step's records → one record batch's columns (schema.EVENT_COLUMNS). Runs once per step at the
-step boundary, off the hooks' hot path; a pure function of the records, so it is tested alone."""
+step boundary, off the hooks' hot path; a pure function of the records, so it is tested alone.
+The gradient-ready rows (most of a step's rows) are built as arrays (columns.py)."""
 from __future__ import annotations
 
 from typing import Callable
 
-from syncviz.record.events import BucketCall, CollectiveCall, GradReady, Phase
+from syncviz.record.columns import ARRAY_ROWS, GradBlock, RowGrads, StepColumns
+from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.trace import schema as S
 
 _COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)   # not EVAL_FORWARD: evaluation is no training phase
@@ -13,10 +15,11 @@ _COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)   # not EVAL_FORWARD: evaluation
 def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: list[BucketCall],
                 collectives: list[CollectiveCall], base: int, world_size: int, step_start: int | None,
                 param_name: Callable[[int], str],
-                bucket_params: Callable[[int, int], list[int]]) -> dict[str, list]:
-    """Columns of one step. ``base`` turns a local-clock stamp into the aligned clock (gradient-ready
-    times are stamped locally, the hottest hook); ``bucket_params(layout, index)`` lists a bucket's
-    parameter indices."""
+                bucket_params: Callable[[int, int], list[int]], param_names=None) -> StepColumns:
+    """Columns of one step (StepColumns.to_batch() makes the record batch). ``base`` turns a
+    local-clock stamp into the aligned clock (gradient-ready times are stamped locally, the hottest
+    hook); ``bucket_params(layout, index)`` lists a bucket's parameter indices; ``param_names``
+    (optional): every parameter's ``param_name`` by index as an Arrow array, kept by the caller."""
     cols: dict[str, list] = {c: [] for c in S.EVENT_COLUMNS}
     append = [cols[c].append for c in S.EVENT_COLUMNS]
 
@@ -30,12 +33,8 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
     for p in phases:
         add(p.kind, p.name, p.start, p.end, micro=max(p.micro, 0), layout=p.depth)
         spans.append((p.start, p.end, p.kind))
-    ready_by: dict[tuple[int, int], int] = {}
-    for r in map(GradReady._make, ready):    # hooks append plain tuples in GradReady's order
-        t = r.t_local + base
-        add(S.GRAD_READY, param_name(r.param), t, t, micro=max(r.micro, 0))
-        key = (r.micro, r.param)
-        ready_by[key] = max(ready_by.get(key, -1), t)
+    # hooks append plain tuples in GradReady's order; many become arrays, a few rows right here
+    grads = GradBlock(ready, base) if len(ready) >= ARRAY_ROWS else RowGrads(ready, base, add, param_name)
     # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
     # the collectives issued inside it.
     # Its launch: the collective call inside the hook (DDP's default path stamps it; for another
@@ -53,7 +52,7 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
                 first_call[key] = c.launch
             sent_op.setdefault(key, c.op)
     for b in buckets:
-        last_ready = max((ready_by.get((b.micro, i), -1) for i in bucket_params(b.layout, b.index)), default=-1)
+        last_ready = grads.last_ready(b.micro, bucket_params(b.layout, b.index))
         key = (max(b.micro, 0), b.index)
         add(S.BUCKET, b.hook, b.launch, b.done, micro=max(b.micro, 0), bucket=b.index, op=sent_op.get(key, "all_reduce"),
             nbytes=sent.get(key, b.nbytes), dtype=sent_dtype.get(key, b.dtype), group_size=world_size,
@@ -66,9 +65,15 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
             phase=c.phase or phase_at(c.launch, spans), layout=c.layout,
             logical=c.nbytes if c.logical_bytes < 0 else c.logical_bytes)
     starts = [s for s in cols["start_ns"] if s >= 0]
+    ends = cols["end_ns"]
+    if grads.n:
+        ok = grads.t[grads.t >= 0]
+        if len(ok):
+            starts.append(int(ok.min()))
+        ends = ends + [int(grads.t.max())]
     if starts:
-        add(S.STEP, "step", step_start if step_start is not None else min(starts), max(cols["end_ns"]))
-    return cols
+        add(S.STEP, "step", step_start if step_start is not None else min(starts), max(ends))
+    return StepColumns(cols, grads.columns(step, param_name, param_names) if grads.n else None, len(phases))
 
 
 def phase_at(t: int, spans: list[tuple[int, int, str]]) -> str:

@@ -26,6 +26,11 @@ def _skew() -> int:
 _SKEW = _skew()
 
 
+def skewed() -> bool:
+    """True when SYNCVIZ_CLOCK_SKEW_NS shifts this rank's clock (local_ns is then not monotonic_ns)."""
+    return _SKEW != 0
+
+
 def local_ns() -> int:
     """This rank's raw clock (monotonic ns, plus the test skew if any)."""
     return time.monotonic_ns() + _SKEW

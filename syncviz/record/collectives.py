@@ -180,6 +180,24 @@ def _wrap(name: str, orig, describe):
     return collective
 
 
+def bucket_all_reduce(rec, tensor, group, bucket: int):
+    """DDP's default bucket all-reduce, issued by syncviz's comm hook (record/ddp.py): the same
+    "all_reduce" row the wrapper above would record, without its own completion callback. Returns
+    (work, row): the hook's one callback stamps ``row.done`` with the bucket's done time (row is
+    None when collectives are not being recorded). One Python callback per bucket on the backend's
+    thread instead of two: each needs the GIL, which the training thread then waits for."""
+    orig = _ORIG.get((dist, "all_reduce"), dist.all_reduce)
+    if _REC is not rec or rec.quiet or rec.closed:
+        return orig(tensor, group=group, async_op=True), None
+    launch = rec.now()
+    work = orig(tensor, group=group, async_op=True)
+    row = CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", max(rec.micro, 0), launch, _nb(tensor),
+                         S.dtype_name(tensor.dtype), group.size(), bucket=bucket)
+    row.work = work
+    rec.add_collective(row)
+    return work, row
+
+
 def in_call() -> list[tuple]:
     """(op, name, bytes, bucket, launch ns) of the collectives being called right now, any thread
     (a blocking call returns only once every rank joined it): for the hang watchdog."""

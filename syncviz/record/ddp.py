@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
+from syncviz.record.collectives import bucket_all_reduce
 from syncviz.record.cudaclock import timing_event
 
 if TYPE_CHECKING:
@@ -57,16 +58,19 @@ class _BucketHook:
                 call.issued = rec.now()   # the collective call itself (hook entry is call.launch)
                 if cuda:
                     call.cuda = [timing_event(buf.device), None]
-                fut = dist.all_reduce(buf, group=pg, async_op=True).get_future()
+                work, row = bucket_all_reduce(rec, buf, pg, index)
+                fut = work.get_future()
                 unwrap = True
             else:
                 if cuda:
                     call.cuda = [timing_event(buf.device), None]
                 fut = self.target(self.state, bucket)
-                unwrap = False
+                unwrap, row = False, None
 
-        def done(f, call=call, unwrap=unwrap, values=values, device=buf.device):
+        def done(f, call=call, unwrap=unwrap, values=values, device=buf.device, row=row):
             call.done = rec.now()
+            if row is not None:      # the all_reduce row of the default path ends with its bucket
+                row.done, row.work = call.done, None
             if call.cuda is not None:
                 # A CUDA future runs its callbacks on streams made to wait for the collective's
                 # completion events (NCCL completes the future at enqueue, so the host time above

@@ -21,6 +21,7 @@ no device sync, no I/O in a hook); the step boundary turns them into a record ba
 from __future__ import annotations
 
 import functools
+import time
 from typing import Iterable
 
 import torch
@@ -101,7 +102,8 @@ class PhaseHooks:
     # ------------------------------------------------------------------ gradient ready
     def grad_hook(self, index: int):
         """A post-accumulate-grad hook that stamps parameter ``index``'s gradient as ready."""
-        ready, now = self._ready, clock.local_ns
+        # time.monotonic_ns itself when no test skew is set: one Python call less per parameter
+        ready, now = self._ready, (clock.local_ns if clock.skewed() else time.monotonic_ns)
 
         def hook(p, _i=index):
             # A plain tuple in GradReady's field order: building the NamedTuple here cost ~650 ns

@@ -85,6 +85,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._gpu_clock = None                  # cudaclock.GpuClock, once a CUDA model is instrumented
         self._param_index: dict[int, tuple[int, str]] = {}    # id(param) → (index, name)
         self._names_by_index: dict[int, str] = {}
+        self._names_array = None                # _param_names()
         self._hook_handles: list = []
         self._close_callbacks: list[Callable[["Recorder"], None]] = []
         self._step_callbacks: list[Callable[[int], None]] = []
@@ -305,7 +306,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
                 elif not all(e is not None and e.query() for e in events):
                     return
                 apply_cuda_times(cols, cuda, anchor, self._gpu_clock)
-            self.writer.write_step(cols)
+            self.writer.write_step(cols.to_batch())
             self._pending.pop(0)
 
     def _reset_step(self):
@@ -318,13 +319,14 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._step_start = None
         self.micro = -1
 
-    def _build_batch(self, step: int) -> dict[str, list]:
+    def _build_batch(self, step: int):
         if self._collectives and self.settle_collectives is not None:
             self.settle_collectives(self._collectives)   # completion callbacks still queued
         cols = build_batch(step, phases=self._phases, ready=self._ready, buckets=self._buckets,
                            collectives=self._collectives, base=self.offset_ns - self.t0,
                            world_size=self.world_size, step_start=self._step_start,
-                           param_name=self._param_name, bucket_params=self._bucket_params)
+                           param_name=self._param_name, bucket_params=self._bucket_params,
+                           param_names=self._param_names())
         if self._layout_rows:
             self._flush_layouts()
         return cols
@@ -333,6 +335,14 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         if len(self._names_by_index) != len(self._param_index):
             self._names_by_index = {idx: n for idx, n in self._param_index.values()}
         return self._names_by_index.get(i, f"param{i}")
+
+    def _param_names(self):
+        """Every parameter's name by index as one Arrow array, rebuilt when parameters were added:
+        a step's gradient-ready names are taken from it (1,200 Python calls a step cost ~0.3 ms)."""
+        if self._names_array is None or len(self._names_array) != len(self._param_index):
+            import pyarrow as pa
+            self._names_array = pa.array([self._param_name(i) for i in range(len(self._param_index))], pa.string())
+        return self._names_array
 
     def _bucket_params(self, layout: int, index: int) -> list[int]:
         key = (layout, index)

@@ -1,0 +1,126 @@
+"""The step's record batch built with gradient-ready rows as arrays (record/columns.py) holds exactly
+what the row-by-row build (before it, kept below as the reference) wrote: same rows, same order,
+same values, on random steps (many parameters, micro-steps, buckets, collectives, repeated and
+missing gradient stamps)."""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+import pyarrow as pa
+import pytest
+
+from syncviz.record.batch import build_batch, phase_at
+from syncviz.record.events import BucketCall, CollectiveCall, GradReady, Phase
+from syncviz.trace import events_to_batch
+from syncviz.trace import schema as S
+
+
+def rowwise_build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: list[BucketCall],
+                collectives: list[CollectiveCall], base: int, world_size: int, step_start: int | None,
+                param_name: Callable[[int], str],
+                bucket_params: Callable[[int, int], list[int]]) -> dict[str, list]:
+    """Columns of one step. ``base`` turns a local-clock stamp into the aligned clock (gradient-ready
+    times are stamped locally, the hottest hook); ``bucket_params(layout, index)`` lists a bucket's
+    parameter indices."""
+    cols: dict[str, list] = {c: [] for c in S.EVENT_COLUMNS}
+    append = [cols[c].append for c in S.EVENT_COLUMNS]
+
+    def add(kind, name, start, end, micro=0, bucket=-1, op="", nbytes=0, dtype="", group_size=0,
+            ready=-1, launch=-1, phase="", layout=-1, logical=0):
+        for a, v in zip(append, (step, micro, kind, name, start, end, bucket, op, nbytes, dtype,
+                                 group_size, ready, launch, phase, layout, logical)):
+            a(v)
+
+    spans = []   # (start, end, kind) for phase lookup
+    for p in phases:
+        add(p.kind, p.name, p.start, p.end, micro=max(p.micro, 0), layout=p.depth)
+        spans.append((p.start, p.end, p.kind))
+    ready_by: dict[tuple[int, int], int] = {}
+    for r in map(GradReady._make, ready):    # hooks append plain tuples in GradReady's order
+        t = r.t_local + base
+        add(S.GRAD_READY, param_name(r.param), t, t, micro=max(r.micro, 0))
+        key = (r.micro, r.param)
+        ready_by[key] = max(ready_by.get(key, -1), t)
+    # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
+    # the collectives issued inside it.
+    # Its launch: the collective call inside the hook (DDP's default path stamps it; for another
+    # hook the first collective issued inside the bucket), the hook entry when none was recorded.
+    sent: dict[tuple[int, int], int] = {}
+    sent_dtype: dict[tuple[int, int], str] = {}
+    first_call: dict[tuple[int, int], int] = {}
+    sent_op: dict[tuple[int, int], str] = {}       # DeepSpeed's ZeRO-3 buckets reduce-scatter
+    for c in collectives:
+        if c.bucket >= 0 and c.kind == S.COLLECTIVE:
+            key = (c.micro, c.bucket)
+            sent[key] = sent.get(key, 0) + c.nbytes
+            sent_dtype.setdefault(key, c.dtype)
+            if key not in first_call or c.launch < first_call[key]:
+                first_call[key] = c.launch
+            sent_op.setdefault(key, c.op)
+    for b in buckets:
+        last_ready = max((ready_by.get((b.micro, i), -1) for i in bucket_params(b.layout, b.index)), default=-1)
+        key = (max(b.micro, 0), b.index)
+        add(S.BUCKET, b.hook, b.launch, b.done, micro=max(b.micro, 0), bucket=b.index, op=sent_op.get(key, "all_reduce"),
+            nbytes=sent.get(key, b.nbytes), dtype=sent_dtype.get(key, b.dtype), group_size=world_size,
+            ready=last_ready, launch=b.issued if b.issued >= 0 else max(first_call.get(key, b.launch), b.launch),
+            phase=phase_at(b.launch, spans), layout=b.layout,
+            logical=b.nbytes)
+    for c in collectives:
+        add(c.kind, c.name, c.launch, c.done, micro=c.micro, bucket=c.bucket, op=c.op, nbytes=c.nbytes,
+            dtype=c.dtype, group_size=c.group_size, ready=c.ready, launch=c.launch,
+            phase=c.phase or phase_at(c.launch, spans), layout=c.layout,
+            logical=c.nbytes if c.logical_bytes < 0 else c.logical_bytes)
+    starts = [s for s in cols["start_ns"] if s >= 0]
+    if starts:
+        add(S.STEP, "step", step_start if step_start is not None else min(starts), max(cols["end_ns"]))
+    return cols
+
+
+
+def _step(rng: random.Random, nparams: int, micros: int):
+    phases, ready, buckets, collectives = [], [], [], []
+    t = 1_000
+    for m in range(micros):
+        phases.append(Phase(S.FORWARD, "forward", t, t + 500, m))
+        phases.append(Phase(S.BACKWARD, "backward", t + 500, t + 5_000, m))
+        for p in rng.sample(range(nparams), rng.randint(0, nparams)):
+            for _ in range(rng.choice((1, 1, 1, 2))):          # a parameter used twice is stamped twice
+                ready.append((p, t + rng.randint(500, 5_000), m if rng.random() > 0.05 else -1))
+        if rng.random() < 0.3:                                  # an engine's stamp for an unindexed parameter
+            ready.append((-1, t + rng.randint(500, 5_000), m))
+        for b in range(rng.randint(0, 4)):
+            launch = t + rng.randint(500, 5_000)
+            call = BucketCall(b, rng.choice((0, 1)), launch, 4096 * (b + 1), "float32", "allreduce", m,
+                              done=launch + rng.randint(0, 900), issued=rng.choice((-1, launch + 5)))
+            buckets.append(call)
+            if rng.random() < 0.5:
+                collectives.append(CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", m, launch + 7, 2048, "float16",
+                                                  2, bucket=b, done=launch + 300))
+        t += 6_000
+    phases.append(Phase(S.OPTIMIZER, "SGD", t, t + 200, micros - 1, 0))
+    return phases, ready, buckets, collectives
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_array_build_equals_rowwise_build(seed):
+    rng = random.Random(seed)
+    nparams = (1, 7, 300, 1200)[seed % 4]     # both builds: row by row below columns.ARRAY_ROWS, arrays above
+    phases, ready, buckets, collectives = _step(rng, nparams, rng.randint(1, 4))
+    layout = {(lay, b): rng.sample(range(-1, nparams + 3), rng.randint(0, min(nparams, 40))) for lay in (0, 1) for b in range(4)}
+    kw = dict(phases=phases, ready=ready, buckets=buckets, collectives=collectives, base=rng.randint(-900, 10**9),
+              world_size=2, step_start=rng.choice((None, 900)), param_name=lambda i: f"layer.{i}.weight",
+              bucket_params=lambda lay, b: layout[(lay, b)])
+    got = build_batch(5, **kw).to_batch()
+    want = events_to_batch(rowwise_build_batch(5, **kw))
+    assert got.schema == want.schema
+    assert got.to_pydict() == want.to_pydict()
+    assert sum(k == S.GRAD_READY for k in got.column("kind").to_pylist()) == len(ready)
+
+
+def test_no_gradient_rows():
+    phases = [Phase(S.FORWARD, "forward", 0, 10, 0)]
+    kw = dict(phases=phases, ready=[], buckets=[], collectives=[], base=0, world_size=2, step_start=None,
+              param_name=str, bucket_params=lambda lay, b: [])
+    assert build_batch(0, **kw).to_batch().to_pydict() == events_to_batch(rowwise_build_batch(0, **kw)).to_pydict()
+    assert isinstance(build_batch(0, **kw).to_batch(), pa.RecordBatch)
