@@ -50,7 +50,8 @@ def ranks_figure(b) -> dict:
                                      "margin": {"l": 80, "r": 20, "t": 70, "b": 40},
                                      "xaxis": {"title": {"text": "ms per step"}, "rangemode": "tozero"},
                                      "yaxis": {"autorange": "reversed", "tickfont": {"size": 10}},
-                                     "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0}}}
+                                     # legend in the bars' order (plotly reverses it for stacked bars)
+                                     "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal"}}}
 
 
 def kinds_table(k) -> html.Table:
