@@ -20,7 +20,7 @@ import pytest
 from syncviz import analysis as A
 from syncviz.trace import schema as S
 from syncviz.dashboard.data.synth import write_synth_run
-from syncviz.trace import RankWriter, TraceError, new_meta, write_json_atomic
+from syncviz.trace import RankWriter, TraceError, load_run, new_meta, write_json_atomic
 from tracebuild import columns, make_ddp_run, simple_step
 
 DATA = Path(__file__).parent / "data"
@@ -478,3 +478,12 @@ def _listening_addresses(port: int) -> set[str] | None:
         if int(p, 16) == port and state == "0A":
             out.add(socket.inet_ntoa(bytes.fromhex(addr)[::-1]))
     return out
+
+
+def test_bucket_map_says_why_ddp_starts_with_one_bucket():
+    """The shipped real DDP run: torch holds every parameter in one bucket until its rebuild (no
+    find_unused_parameters), and the map says so instead of looking like a recording gap."""
+    from syncviz.dashboard.figures.charts import bucket_map_figure
+    run = load_run(Path(__file__).resolve().parents[1] / "traces" / "cpu-mini-ddp")
+    titles = [a["text"] for a in bucket_map_figure(A.bucket_map(run.layouts))["layout"]["annotations"]]
+    assert titles[0].startswith("layout 0 (initial: DDP holds every parameter in one bucket") and "rebuild" in titles[1]

@@ -36,6 +36,10 @@ def bucket_map_figure(bmap: pd.DataFrame) -> dict:
     versions = sorted(bmap["layout"].unique())
     data = []
     names = {0: "layout 0 (initial)", 1: "layout 1 (after DDP's rebuild)"}
+    if 1 in versions and bmap.loc[bmap["layout"] == 0, "bucket"].nunique() == 1:
+        # DDP's own choice, not a recording gap: without find_unused_parameters (or with static_graph)
+        # torch puts every parameter in one bucket until the rebuild after the first backward
+        names[0] = "layout 0 (initial: DDP holds every parameter in one bucket until its rebuild)"
     for i, v in enumerate(versions):
         f = bmap[bmap["layout"] == v]
         moved = f["moved"].to_numpy()
