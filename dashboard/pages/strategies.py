@@ -148,8 +148,9 @@ def draw(names):
 def selection_text(names: list[str]) -> str:
     """What the page shows: the model of the selected runs (the default line describes the default
     selection, not one picked by hand or by the address)."""
-    if list(names) == default_runs()[0]:
-        return default_runs()[1]
+    runs, note = default_runs()     # reads every run's run.json: once
+    if list(names) == runs:
+        return note
     models = set()
     for n in names:
         try:
