@@ -11,7 +11,7 @@ from syncviz import __version__
 
 # name -> (module, attribute, one-line help). Order is the order shown in --help.
 COMMANDS = {
-    "trace": ("syncviz.record.launch", "trace_command", "Run a training script under torchrun and record its gradient sync."),
+    "trace": ("syncviz.workloads.tracecmd", "trace_command", "Run a training script under torchrun and record its gradient sync."),
     "demo": ("syncviz.workloads.demo", "demo_command", "Trace the built-in GPT workload on CPU ranks and print the summary."),
     "summary": ("syncviz.views.summary", "summary_command", "Per-step and per-bucket report of a recorded run."),
     "compare": ("syncviz.views.compare", "compare_command", "Compare runs of different strategies on the same model."),

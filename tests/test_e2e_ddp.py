@@ -109,6 +109,14 @@ def test_user_script_unchanged_with_accumulation_and_own_hook(tmp_path):
     # the bucket's ready time is from the synced micro-step's gradients
     s = A.bucket_metrics(run)
     assert (s["launch_delay_ns"] >= 0).all()
+    # `syncviz trace` left the dashboard's whole-run tables beside the run, valid for these files,
+    # and they are the numbers the analysis gives
+    from syncviz.dashboard.data.loaded import LoadedRun
+    from syncviz.views import runcache as RC
+    cached = LoadedRun("run", tmp_path / "run", RC.signature(tmp_path / "run"))
+    assert not cached._opened, "the trace command should have cached the run's facts"
+    assert cached.summary()["exposed_ms"] == pytest.approx(A.run_summary(run)["exposed_ms"], rel=1e-12)
+    assert not cached._opened
 
 
 def test_builtin_hook_is_timed_and_numerics_match(tmp_path):

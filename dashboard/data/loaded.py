@@ -3,7 +3,6 @@ Arrow table kept and sliced per step, whole-run tables computed lazily and cache
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -20,7 +19,9 @@ from syncviz.analysis import distributed as D
 from syncviz.trace import schema as S
 from syncviz import trace as T
 from syncviz.trace import TraceError
+from syncviz.views import runcache as RC
 
+from syncviz.dashboard.data.stepindex import StepIndex
 from syncviz.dashboard.data.stepview import Blocks, StepView
 
 log = logging.getLogger("syncviz.dashboard")
@@ -41,15 +42,23 @@ def inside_root(path: Path, root: Path) -> bool:
 def signature(run_dir: Path, root: Path) -> tuple:
     """(file name, size, mtime_ns) of every file the run is read from; refuses links out of root.
     One scandir, and a resolve() only for symlinks: this runs on every callback (Live)."""
-    sig = []
-    with os.scandir(run_dir) as it:
-        for entry in it:
-            if entry.name == S.RUN_FILE or entry.name.endswith(".arrow"):
-                if entry.is_symlink() and not inside_root(Path(entry.path), root):
-                    raise TraceError(f"{run_dir.name}/{entry.name}: links outside the served directory; not read")
-                st = entry.stat()
-                sig.append((entry.name, st.st_size, st.st_mtime_ns))
-    return tuple(sorted(sig))
+    def check(entry):
+        if entry.is_symlink() and not inside_root(Path(entry.path), root):
+            raise TraceError(f"{run_dir.name}/{entry.name}: links outside the served directory; not read")
+    return RC.signature(run_dir, check)
+
+
+# Whole-run tables kept on disk beside the run (views/runcache.py): at 1M events they take 4-5 s of
+# CPU to compute and ~0.3 s to read back (benchmarks/dashboard.py prints both). "facts" are what
+# the reader found (problems, incomplete ranks): with them cached, pages that draw only whole-run
+# tables never read the events at all.
+PERSISTED = ("facts", "summary", "steps", "bucket_stats", "rank_skew", "time_split", "op_bytes", "comparison",
+             "distributed")
+# Set when the events are read (_open): on first use, not at load, when the disk cache has the facts.
+_LAZY = frozenset({"table", "_batches", "_by_step", "_mixed", "step_list", "_step_set", "_extents", "n_buckets",
+                   "ranks", "blocks"})
+# (With the facts cached, only the table, its step -> batches index and the block analysis wait for
+# the events; the step list, extents and ranks come from the cache.)
 
 
 class LoadedRun:
@@ -57,61 +66,61 @@ class LoadedRun:
 
     def __init__(self, name: str, path: Path, sig: tuple):
         self.name, self.path, self.sig = name, path, sig
-        files = T.open_run(path)          # the trace reader; the table stays Arrow (sliced by step)
-        self.meta, self.table, self.layouts = files.meta, files.table, files.layouts
-        self.problems, self.incomplete_ranks = files.problems, files.incomplete_ranks
-        self._index_steps()
-        self.ranks = sorted(int(r) for r in pc.unique(self.table.column("rank")).to_pylist())
         self._lock = threading.RLock()
+        self._opened = False                  # the events read (else only the cached facts)
+        self._write_async = True
         self._cache: dict[str, Any] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._steps_cache: OrderedDict[int, StepView] = OrderedDict()
-        self.blocks = Blocks(self.step_list.tolist(), self.table.num_rows / max(1, len(self.step_list)),
-                             self.events_of, name)
+        self.disk = RC.RunCache(path, sig)
+        self._open_lock = threading.Lock()
+        facts = self.disk.get("facts")
+        if facts is None:
+            self._open()
+        else:   # what the reader found and the step index, from the cache: the events are read on first use
+            self.meta, (self.layouts, _) = T.read_meta(path), T.load_layouts(path)
+            self.problems, self.incomplete_ranks = facts["problems"], facts["incomplete_ranks"]
+            self.ranks, self.n_buckets = facts["ranks"], facts["n_buckets"]
+            self.step_list = np.array(facts["steps"], dtype=np.int64)
+            self._step_set = set(facts["steps"])
+            self._extents = dict(zip(facts["extent_steps"], facts["extent_ms"]))
+
+    def __getattr__(self, name: str):
+        # Only reached for attributes not set yet: the event table and its index, read on first use.
+        if name in _LAZY and "_lock" in self.__dict__:
+            self._open()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+
+    def _open(self) -> None:
+        """Read the events (the trace reader, syncviz.trace.open_run; the table stays Arrow and is
+        sliced by step) and index them by step. Its own lock: the per-step path (which reads a
+        step from disk meanwhile, step_events) never waits for it."""
+        with self._open_lock:
+            if self._opened:
+                return
+            files = T.open_run(self.path)
+            self.meta, self.layouts = files.meta, files.layouts
+            self.problems, self.incomplete_ranks = files.problems, files.incomplete_ranks
+            self.table = files.table
+            self._index_steps()
+            self.ranks = sorted(int(r) for r in pc.unique(self.table.column("rank")).to_pylist())
+            self.blocks = Blocks(self.step_list.tolist(), self.table.num_rows / max(1, len(self.step_list)),
+                                 self.events_of, self.name)
+            self._opened = True
+            if not self.recording:
+                self._persist("facts", self._facts())
+
+    def _facts(self) -> dict:
+        steps = list(self._extents)
+        return {"problems": list(self.problems), "incomplete_ranks": list(self.incomplete_ranks),
+                "ranks": list(self.ranks), "n_buckets": int(self.n_buckets), "steps": self.step_list.tolist(),
+                "extent_steps": [int(k) for k in steps], "extent_ms": [float(self._extents[k]) for k in steps]}
 
     def _index_steps(self) -> None:
-        """Map step -> record batches. Writers flush one batch per step, so a step's rows are whole
-        batches (found without copying); a batch holding several steps is filtered row by row.
-        Sorting or concatenating the 32,000 batches of a 1M-event run instead costs ~0.5 s."""
-        batches = [b for b in self.table.to_batches() if b.num_rows]
-        self._batches = batches
-        steps = self.table.column("step").to_numpy()
-        lengths = np.fromiter((b.num_rows for b in batches), dtype=np.int64, count=len(batches))
-        starts = np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int64)
-        lo = np.minimum.reduceat(steps, starts) if len(batches) else np.zeros(0, np.int64)
-        hi = np.maximum.reduceat(steps, starts) if len(batches) else np.zeros(0, np.int64)
-        self._by_step: dict[int, list[int]] = {}
-        self._mixed: dict[int, list[int]] = {}
-        pure = np.flatnonzero(lo == hi)
-        for step, idx in pd.Series(pure).groupby(lo[pure]):
-            self._by_step[int(step)] = idx.tolist()
-        for i in np.flatnonzero(lo != hi):
-            for step in np.unique(steps[starts[i]:starts[i] + lengths[i]]):
-                self._mixed.setdefault(int(step), []).append(int(i))
-        self.step_list = np.array(sorted(k for k in set(self._by_step) | set(self._mixed) if k >= 0),
-                                  dtype=np.int64)
-        self._step_set = set(self.step_list.tolist())
-        # Longest step extent (first event start to last end, all ranks) for a time axis that stays
-        # put while stepping, from per-batch minima/maxima: a groupby over all rows costs ~0.3 s.
-        start, end = (self.table.column(c).to_numpy() for c in ("start_ns", "end_ns"))
-        valid = (start >= 0) & (end >= start) & (steps >= 0)
-        big = np.iinfo(np.int64).max
-        self._extents: dict[int, float] = {}
-        if len(batches) and valid.any():
-            bstart = np.minimum.reduceat(np.where(valid, start, big), starts)
-            bend = np.maximum.reduceat(np.where(valid, end, -1), starts)
-            keep = (lo == hi) & (lo >= 0) & (bend >= 0)
-            first, last = {}, {}
-            for k, a, b in zip(lo[keep].tolist(), bstart[keep].tolist(), bend[keep].tolist()):
-                first[k], last[k] = min(first.get(k, a), a), max(last.get(k, b), b)
-            mixed = np.isin(steps, list(self._mixed)) & valid if self._mixed else np.zeros(0, bool)
-            if mixed.any():
-                g = pd.DataFrame({"k": steps[mixed], "s": start[mixed], "e": end[mixed]}).groupby("k")
-                for k, a, b in zip(g["s"].min().index, g["s"].min(), g["e"].max()):
-                    first[k], last[k] = min(first.get(k, a), a), max(last.get(k, b), b)
-            self._extents = {k: (last[k] - first[k]) / 1e6 for k in first}
-        top = int(self.table.column("bucket").to_numpy().max()) if self.table.num_rows else -1
-        self.n_buckets = max(1, top + 1)   # bucket indices seen: one colour scale for every step
+        ix = StepIndex(self.table)
+        self._batches, self._by_step, self._mixed = ix.batches, ix.by_step, ix.mixed
+        self.step_list, self._step_set, self._extents, self.n_buckets = ix.step_list, ix.step_set, ix.extents, ix.n_buckets
 
     # ----------------------------------------------------------------------- run-level facts
     @property
@@ -137,15 +146,48 @@ class LoadedRun:
     # ------------------------------------------------------------------ whole-run tables (lazy)
     def _cached(self, key: str, fn: Callable[[], Any]) -> Any:
         """fn() computed once per key; a slow key (the whole-run analysis) blocks only callers of
-        that key, never the per-step path."""
+        that key, never the per-step path. PERSISTED keys are read from the run's disk cache when
+        it holds them for these exact files, and written there once computed (finished runs)."""
         if key in self._cache:
             return self._cache[key]
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:
             if key not in self._cache:
-                self._cache[key] = fn()
+                value = self.disk.get(key) if key in PERSISTED else None
+                if value is None:
+                    value = fn()
+                    if key in PERSISTED and not self.recording:
+                        self._persist(key, value)
+                self._cache[key] = value
             return self._cache[key]
+
+    def _persist(self, key: str, value: Any) -> None:
+        # In a thread: writing (and reading back to check) the bucket rows of a 1M-event run takes
+        # ~0.5 s that the page being drawn should not wait for. warm() writes in place.
+        if self._write_async:
+            threading.Thread(target=self.disk.put, args=(key, value), name="syncviz-cache-write", daemon=True).start()
+        else:
+            self.disk.put(key, value)
+
+    def warm(self, say: Callable[[str], None] | None = None) -> list[str]:
+        """Compute every PERSISTED table now (each written to the disk cache): what ``syncviz
+        trace`` does when a run ends, so the dashboard's first open reads instead of analysing.
+        Returns the tables that could not be computed (their pages will show why)."""
+        failed, self._write_async = [], False
+        for key, fn in (("summary", self.summary), ("steps", self.step_table), ("bucket_stats", self.bucket_stats),
+                        ("rank_skew", self.rank_skew), ("time_split", self.time_split), ("op_bytes", self.op_bytes),
+                        ("comparison", self.comparison), ("distributed", self.distributed)):
+            try:
+                fn()
+            except Exception as e:     # the page that needs it computes it again and reports it
+                log.info("%s: %s not precomputed (%s)", self.name, key, e)
+                failed.append(key)
+            if say is not None:
+                say(key)
+        if not self.recording and self._opened:   # written in a thread at load: again here, before the process ends
+            self.disk.put("facts", self._facts())
+        return failed
 
     def run(self) -> T.Run:
         def build():
@@ -157,12 +199,33 @@ class LoadedRun:
     def analyse_in_background(self) -> None:
         """Start analysing the run block by block (see stepview.py); a no-op once started. It
         starts a moment after the first step is drawn: on two cores, starting at once took the
-        CPU the browser needed to render that step (first paint 3 s later, measured)."""
-        self.blocks.start(delay_s=BACKGROUND_DELAY_S)
+        CPU the browser needed to render that step (first paint 3 s later, measured). Events not
+        read yet (facts from the cache) are read in that thread first."""
+        if self._opened:
+            self.blocks.start(delay_s=BACKGROUND_DELAY_S)
+            return
+        with self._lock:
+            if getattr(self, "_opening", False):
+                return
+            self._opening = True
+
+        def work():
+            time.sleep(BACKGROUND_DELAY_S)
+            try:
+                self._open()
+                self.blocks.start(delay_s=0.0)
+            except Exception:      # the pages that need the events read them again and report it
+                log.exception("%s: reading the events in the background failed", self.name)
+        threading.Thread(target=work, name=f"syncviz-open-{self.name}", daemon=True).start()
 
     @property
     def analysed(self) -> bool:
-        return self.blocks.done
+        return self._opened and self.blocks.done
+
+    def cancel(self) -> None:
+        """Stop the background analysis (the run was re-read or dropped from memory)."""
+        if self._opened:
+            self.blocks.cancel()
 
     def whole_steps(self) -> pd.DataFrame:
         """step_metrics of the whole run, once (run summary, Strategies, Distributed share it)."""
@@ -187,7 +250,7 @@ class LoadedRun:
     # (steps 0.33 s against 1.6 s, bucket rows 1.35 s against 2.9 s, lateness 0.25 s against
     # 0.96 s of CPU, measured): a page opened before the blocks are done takes the whole-run path.
     def _step_ordered(self, key: str, whole: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-        if self.blocks.done:
+        if self._opened and self.blocks.done:
             return self.blocks.table(key)
         return whole().sort_values("step", kind="stable").reset_index(drop=True)
 
@@ -199,6 +262,17 @@ class LoadedRun:
             comm = self._step_ordered("comm", self.whole_comm)
             return comm[comm["kind"] == S.BUCKET].reset_index(drop=True)
         return self._cached("buckets", build)
+
+    def bucket_stats(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, int]:
+        """What the Buckets page draws of the bucket rows: quantiles of duration, bus bandwidth and
+        launch delay per bucket (analysis.quantiles), and how many rows there are. Cached on disk
+        instead of the rows themselves (1M rows: 1.3 s to read back and summarize, measured)."""
+        def build():
+            bm = self.bucket_table()
+            return (A.quantiles(bm, "bucket", "duration_ns"), A.quantiles(bm, "bucket", "busbw_gbps"),
+                    A.quantiles(bm, "bucket", "launch_delay_ns"), pd.DataFrame({"rows": [len(bm)]}))
+        dur, bw, delay, n = self._cached("bucket_stats", build)
+        return dur, bw, delay, int(n["rows"].iloc[0])
 
     def rank_skew(self) -> pd.DataFrame:
         return self._cached("rank_skew", lambda: A.lateness_matrix(
@@ -245,6 +319,9 @@ class LoadedRun:
     def step_events(self, step: int) -> pd.DataFrame:
         if step not in self._step_set:
             raise TraceError(f"{self.name}: no step {step} (steps {self.first_step}..{self.last_step})")
+        if not self._opened:    # one step read from each rank file: 0.09 s against 1.0 s for all (1M events)
+            table, _, _ = T.load_events(self.path, steps=(step, step + 1))
+            return T.events_frame(table)
         return self.events_of([step])
 
     def prepare(self, step: int, keys: tuple[str, ...]) -> None:
@@ -267,7 +344,7 @@ class LoadedRun:
         with self._lock:
             view = self._steps_cache.get(step)
         # A step already analysed alone is not worth waiting for its block.
-        block = self.blocks.tables_for(step, wait=view is None)
+        block = self.blocks.tables_for(step, wait=view is None) if self._opened else None
         with self._lock:
             if view is not None and (block is None or view.source == "block tables"):
                 self._steps_cache.move_to_end(step)

@@ -117,7 +117,7 @@ class RunStore:
             cached = self._loaded.get(name)
             if cached is None or self._sigs.get(name) != sig:
                 if isinstance(cached, LoadedRun):
-                    cached.blocks.cancel()
+                    cached.cancel()
                 try:
                     self._check_size(name, sig)
                     cached = LoadedRun(name, path, sig)
@@ -150,7 +150,7 @@ class RunStore:
                 old, run = self._loaded.popitem(last=False)
                 self._sigs.pop(old, None)
                 if isinstance(run, LoadedRun):
-                    run.blocks.cancel()
+                    run.cancel()
 
     def summary(self, name: str) -> tuple[dict, bool, list[str]]:
         """(analysis.run_summary, still recording, problems) of a run, kept per file signature even

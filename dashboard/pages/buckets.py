@@ -5,7 +5,6 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, html
 
-from syncviz import analysis as A
 
 from syncviz.dashboard.figures import charts as CH
 from syncviz.dashboard import components as C
@@ -33,11 +32,11 @@ dash.register_page(__name__, path="/buckets", name="Buckets", order=2, title="sy
 
 def bucket_figures(name: str) -> list[dict]:
     run = C.store().get(name)
-    bm = run.bucket_table()
+    duration, busbw, delay, _ = run.bucket_stats()
     return [CH.bucket_map_figure(run.bucket_map()),
-            CH.distribution_figure(A.quantiles(bm, "bucket", "duration_ns"), "Duration per bucket", "ms", 1e-6),
-            CH.distribution_figure(A.quantiles(bm, "bucket", "busbw_gbps"), "Bus bandwidth per bucket", "GB/s"),
-            CH.distribution_figure(A.quantiles(bm, "bucket", "launch_delay_ns"), "Launch delay per bucket", "ms", 1e-6)]
+            CH.distribution_figure(duration, "Duration per bucket", "ms", 1e-6),
+            CH.distribution_figure(busbw, "Bus bandwidth per bucket", "GB/s"),
+            CH.distribution_figure(delay, "Launch delay per bucket", "ms", 1e-6)]
 
 
 @dash.callback([Output(g, "figure") for g in GRAPHS] + [Output("buckets-error", "children")],
@@ -47,7 +46,7 @@ def draw(name):
         return [empty_figure("no run selected")] * len(GRAPHS) + [C.run_picker_note(name)]
     try:
         run = C.store().get(name)
-        if not len(run.bucket_table()) and not len(run.bucket_map()):
+        if not run.bucket_stats()[3] and not len(run.bucket_map()):
             strategy = run.meta.get("strategy") or "this strategy"
             note = C.note_card(f"Gradient buckets are DDP's (and ZeRO-1/2's under DDP). In this run ({strategy}) "
                                "gradients are synchronized by other collectives: the Distributed page counts and "

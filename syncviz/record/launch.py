@@ -238,35 +238,3 @@ def _progress(out: Path, stop: threading.Event) -> None:
         if n != last and time.monotonic() - last_print >= 1.0:
             print(f"[syncviz] {n} step{'s' if n != 1 else ''} recorded -> {out}", file=sys.stderr, flush=True)
             last, last_print = n, time.monotonic()
-
-
-@click.command("trace", add_help_option=False, context_settings={"ignore_unknown_options": True,
-                                                               "allow_interspersed_args": False})
-@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def trace_command(argv):
-    """Run a training script under torchrun and record its gradient sync (see: syncviz trace --help)."""
-    argv = list(argv)
-    if wants_help(argv):
-        click.echo(help_text())
-        return
-    if not argv:
-        click.echo("usage: " + USAGE, err=True)
-        raise click.UsageError("give a training script (or -m module) to run")
-    out = run_trace(argv)
-    if not (out / S.RUN_FILE).exists() and any(out.glob("rank-*.arrow")):
-        click.echo(f"[syncviz] this node's ranks are done; node 0's run directory holds the run "
-                   f"(copies of this node's files stay in {out})", err=True)
-        return
-    from syncviz.analysis import run_summary
-    from syncviz.trace import TraceError, load_run
-    try:
-        s = run_summary(load_run(out))
-    except TraceError as e:
-        raise click.ClickException(f"the recorded run could not be read: {e}") from None
-    for p in s["problems"]:
-        click.echo(f"[syncviz] warning: {p}", err=True)
-    if not s["steps"]:
-        raise click.ClickException(f"the script ran but no complete step was recorded in {out} (did it call "
-                                   "optimizer.step() under torch.distributed?)")
-    click.echo(f"[syncviz] {out}: {s['steps']} steps, {s['world_size']} ranks. {s['verdict']}", err=True)
-    click.echo(f"[syncviz] next: syncviz summary {out}   |   syncviz dash {out.parent}", err=True)

@@ -68,6 +68,8 @@ def demo_command(preset, steps, nproc, out, strategy, engine, bucket_cap_mb, bat
                        extra=("--straggler", straggler) if straggler else ())
     from syncviz.views.summary import print_summary
     from syncviz.trace import load_run
+    from syncviz.workloads.tracecmd import analyse_for_views
+    analyse_for_views(run_dir)    # the dashboard's tables, cached beside the run (opening it reads them)
     print_summary(load_run(run_dir))
 
 

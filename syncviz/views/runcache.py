@@ -1,0 +1,228 @@
+"""Whole-run tables kept beside a run, so that opening it again costs a read, not an analysis.
+
+The dashboard's whole-run tables (the run summary, step and bucket rows, lateness, Distributed's
+breakdown, Strategies' comparison) take ~4-5 s of CPU per million events to compute
+(benchmarks/dashboard.py) and are the same every time the same files are read. They are written to
+``<run>/.syncviz-cache/`` once — by ``syncviz trace`` when the run ends, or by the dashboard the
+first time a page needs them — and read back in a fraction of that.
+
+Trust, because a profiler's cached number is as much a claim as a computed one:
+- An entry is valid only for the exact files it was computed from: the stamp holds the run's
+  signature (every rank file's and run.json's name, size and modification time), its absolute
+  path, and a digest of syncviz's own source. Any change to the run or to syncviz makes the whole
+  cache stale, and it is recomputed (and rewritten) on next use.
+- Values are stored as JSON and Parquet, never pickle (a run directory can come from anyone; a
+  pickle would run their code in the dashboard). An entry is written only if it reads back equal
+  to what was computed (dtypes, index and NaNs included); anything that does not round-trip
+  exactly is simply not cached.
+- Nothing is cached for a run that is still recording, and a directory that cannot be written
+  (read-only share) just means no cache: the tables are computed as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from syncviz import __version__
+from syncviz.trace import schema as S
+
+log = logging.getLogger("syncviz.runcache")
+
+CACHE_DIR = ".syncviz-cache"
+FORMAT = 1
+STAMP = "stamp.json"
+
+
+def signature(run_dir: Path, check=None) -> tuple:
+    """(file name, size, mtime_ns) of every file a run is read from (run.json and rank files).
+    ``check(entry)``: called for each such entry (the dashboard refuses links out of its root)."""
+    sig = []
+    with os.scandir(run_dir) as it:
+        for entry in it:
+            if entry.name == S.RUN_FILE or entry.name.endswith(".arrow"):
+                if check is not None:
+                    check(entry)
+                st = entry.stat()
+                sig.append((entry.name, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(sig))
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of syncviz's source (this package and the dashboard's): a cache written by other
+    code is stale, even at the same version number (editable installs, local fixes)."""
+    import syncviz
+    roots = [Path(syncviz.__file__).parent]
+    try:
+        import syncviz.dashboard as dash
+        roots.append(Path(dash.__file__).parent)
+    except ImportError:       # pragma: no cover - the dashboard is part of the package
+        pass
+    h = hashlib.sha1(__version__.encode())
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _stamp(run_dir: Path, sig: tuple) -> dict:
+    return {"format": FORMAT, "syncviz": __version__, "code": code_digest(),
+            "path": str(Path(run_dir).resolve()), "signature": [list(s) for s in sig]}
+
+
+# ------------------------------------------------------------------------- encoding
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that counts NaN equal to NaN and tells 1 from 1.0 from True (JSON round trips)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _same_frame(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    try:
+        pd.testing.assert_frame_equal(a, b, check_exact=True, check_column_type=True, check_index_type=True)
+        return True
+    except AssertionError:
+        return False
+
+
+def _write_frame(df: pd.DataFrame, path: Path) -> dict:
+    """Parquet with string column names (what Parquet allows); the real column labels, and the
+    column index's name and dtype, go in the spec."""
+    plain = df.set_axis([f"c{i}" for i in range(df.shape[1])], axis=1)
+    plain.to_parquet(path)     # a RangeIndex is kept as metadata, any other index as columns
+    return {"file": path.name, "columns": df.columns.tolist(), "columns_name": df.columns.name,
+            "columns_dtype": str(df.columns.dtype)}
+
+
+def _read_frame(spec: dict, folder: Path) -> pd.DataFrame:
+    df = pd.read_parquet(folder / spec["file"])
+    cols = pd.Index(spec["columns"], name=spec["columns_name"])
+    if len(cols) and str(cols.dtype) != spec["columns_dtype"]:
+        cols = cols.astype(spec["columns_dtype"])
+    return df.set_axis(cols, axis=1)
+
+
+class RunCache:
+    """The cache of one run (``sig``: its signature now). ``get`` gives None for anything not
+    cached for exactly these files; ``put`` writes an entry when it round-trips exactly."""
+
+    def __init__(self, run_dir: str | os.PathLike, sig: tuple):
+        self.run_dir = Path(run_dir)
+        self.folder = self.run_dir / CACHE_DIR
+        self.sig = sig
+        self._valid: bool | None = None
+        self.writable = True
+        self._write_lock = threading.Lock()     # one writer at a time (the dashboard writes in threads)
+
+    def valid(self) -> bool:
+        if self._valid is None:
+            try:
+                self._valid = json.loads((self.folder / STAMP).read_text()) == _stamp(self.run_dir, self.sig)
+            except (OSError, ValueError):
+                self._valid = False
+        return self._valid
+
+    def get(self, key: str) -> Any | None:
+        if not self.valid():
+            return None
+        try:
+            spec = json.loads((self.folder / f"{key}.json").read_text())
+            if spec["type"] == "json":
+                return spec["value"]
+            if spec["type"] == "frame":
+                return _read_frame(spec, self.folder)
+            if spec["type"] == "frames":
+                return tuple(_read_frame(s, self.folder) for s in spec["frames"])
+        except FileNotFoundError:
+            return None
+        except Exception as e:     # a damaged entry is recomputed, never trusted
+            log.warning("%s: cached %s unreadable (%s); recomputing", self.run_dir.name, key, e)
+        return None
+
+    def put(self, key: str, value: Any) -> bool:
+        """Store ``value`` (a JSON-able dict or list, a DataFrame or a tuple of DataFrames) if it
+        reads back equal. False when it was not stored (not exact, or the folder is read-only)."""
+        with self._write_lock:
+            return self._put(key, value)
+
+    def _put(self, key: str, value: Any) -> bool:
+        if not self.writable:
+            return False
+        try:
+            self._claim()
+            with tempfile.TemporaryDirectory(dir=self.folder, prefix=".tmp-") as tmp:
+                tmp = Path(tmp)
+                if isinstance(value, pd.DataFrame):
+                    spec = {"type": "frame", **_write_frame(value, tmp / f"{key}.parquet")}
+                elif isinstance(value, tuple) and value and all(isinstance(v, pd.DataFrame) for v in value):
+                    spec = {"type": "frames", "frames": [_write_frame(v, tmp / f"{key}.{i}.parquet")
+                                                         for i, v in enumerate(value)]}
+                else:
+                    spec = {"type": "json", "value": value}
+                text = json.dumps(spec, default=_plain)
+                back = json.loads(text)
+                if spec["type"] == "json":
+                    same = _same(_plain_tree(value), back["value"])   # numpy scalars come back as Python numbers
+                elif spec["type"] == "frame":
+                    same = _same_frame(value, _read_frame(back, tmp))
+                else:
+                    same = all(_same_frame(v, _read_frame(s, tmp)) for v, s in zip(value, back["frames"]))
+                if not same:
+                    log.info("%s: %s does not round-trip exactly; not cached", self.run_dir.name, key)
+                    return False
+                for f in tmp.iterdir():       # data files first, the spec last: a reader never
+                    if f.suffix != ".json":   # finds a spec whose data is missing
+                        os.replace(f, self.folder / f.name)
+                (tmp / f"{key}.json").write_text(text)
+                os.replace(tmp / f"{key}.json", self.folder / f"{key}.json")
+            return True
+        except (OSError, TypeError, ValueError) as e:
+            if isinstance(e, OSError):
+                self.writable = False
+            log.info("%s: %s not cached (%s)", self.run_dir.name, key, e)
+            return False
+
+    def _claim(self) -> None:
+        """Make the folder this signature's: a stale cache is emptied and restamped."""
+        if self.valid():
+            return
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+        self.folder.mkdir()
+        (self.folder / STAMP).write_text(json.dumps(_stamp(self.run_dir, self.sig)))
+        self._valid = True
+
+
+def _plain(o):
+    """numpy scalars as Python numbers for json.dumps (anything else is refused: not cached)."""
+    if hasattr(o, "item") and getattr(o, "ndim", None) == 0:
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON")
+
+
+def _plain_tree(v):
+    if isinstance(v, dict):
+        return {k: _plain_tree(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain_tree(x) for x in v]
+    return _plain(v) if hasattr(v, "item") and getattr(v, "ndim", None) == 0 else v

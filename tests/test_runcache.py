@@ -1,0 +1,166 @@
+"""The whole-run tables kept beside a run (views/runcache.py) and the dashboard reading them
+(dashboard/data/loaded.py): a cached number must be the computed number, for exactly those files,
+or not be used at all."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from syncviz.dashboard.data.loaded import PERSISTED, LoadedRun
+from syncviz.views import runcache as RC
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(RC.CACHE_DIR))
+    return dst
+
+
+def loaded(path: Path) -> LoadedRun:
+    run = LoadedRun(path.name, path, RC.signature(path))
+    run._write_async = False       # writes in place, so the test sees them
+    return run
+
+
+def frame_examples() -> dict[str, pd.DataFrame]:
+    return {
+        "range": pd.DataFrame({"a": [1, 2, 3], "b": [0.5, np.nan, 2.0], "s": ["x", "y", "z"]}),
+        "named-int-columns": pd.DataFrame(np.arange(6.0).reshape(2, 3), index=pd.Index([0, 1], name="rank", dtype="int32"),
+                                          columns=pd.Index([3, 4, 5], name="step")),
+        "multi": pd.DataFrame({"v": [1.0, 2.0]}, index=pd.MultiIndex.from_tuples([("all_gather", 0), ("all_reduce", 1)],
+                                                                                  names=["op", "bucket"])),
+        "categorical": pd.DataFrame({"k": pd.Categorical(["bucket", "step", "bucket"]), "n": [1, 2, 3]}),
+        "empty": pd.DataFrame({"a": pd.Series([], dtype=np.int64)}),
+    }
+
+
+def test_values_read_back_equal(tmp_path):
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    cache = RC.RunCache(run, RC.signature(run))
+    value = {"step_ms": np.float64(1.5), "n": np.int64(3), "nan": float("nan"), "none": None,
+             "rows": [{"rank": 0, "late": 0.25}], "text": "ok"}
+    assert cache.put("summary", value)
+    frames = frame_examples()
+    for key, df in frames.items():
+        assert cache.put(key, df), key
+    assert cache.put("pair", (frames["range"], frames["multi"]))
+    again = RC.RunCache(run, RC.signature(run))
+    back = again.get("summary")
+    assert back["step_ms"] == 1.5 and back["n"] == 3 and type(back["n"]) is int and np.isnan(back["nan"])
+    assert back["rows"] == [{"rank": 0, "late": 0.25}] and back["none"] is None
+    for key, df in frames.items():
+        pd.testing.assert_frame_equal(again.get(key), df, check_exact=True)
+    a, b = again.get("pair")
+    pd.testing.assert_frame_equal(a, frames["range"])
+    pd.testing.assert_frame_equal(b, frames["multi"])
+    assert again.get("never-written") is None
+
+
+def test_values_that_do_not_round_trip_are_not_cached(tmp_path):
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    cache = RC.RunCache(run, RC.signature(run))
+    assert not cache.put("tuple", {"steps": (1, 2)})          # JSON would give a list back
+    assert not cache.put("int-keys", {1: "a"})                # JSON would give "1" back
+    assert not cache.put("object", {"x": object()})
+    assert cache.get("tuple") is None and cache.get("int-keys") is None and cache.get("object") is None
+
+
+def test_any_change_to_the_files_the_path_or_syncviz_makes_the_cache_stale(tmp_path, monkeypatch):
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    cache = RC.RunCache(run, RC.signature(run))
+    assert cache.put("summary", {"step_ms": 1.0})
+    assert RC.RunCache(run, RC.signature(run)).get("summary") == {"step_ms": 1.0}
+    # a rank file rewritten (same size, later mtime)
+    rank = next(run.glob("rank-*.arrow"))
+    st = rank.stat()
+    os.utime(rank, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert RC.RunCache(run, RC.signature(run)).get("summary") is None
+    # recomputed and written again: the old entries are gone with the old stamp
+    fresh = RC.RunCache(run, RC.signature(run))
+    assert fresh.put("steps", pd.DataFrame({"a": [1]}))
+    assert RC.RunCache(run, RC.signature(run)).get("summary") is None
+    # the same files elsewhere (copied with their mtimes): the cache names the old path
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    assert RC.RunCache(moved, RC.signature(moved)).get("steps") is None
+    # other syncviz code
+    assert RC.RunCache(run, RC.signature(run)).get("steps") is not None
+    monkeypatch.setattr(RC, "code_digest", lambda: "some-other-build")
+    assert RC.RunCache(run, RC.signature(run)).get("steps") is None
+
+
+def test_unwritable_or_damaged_cache_means_computing_again(tmp_path):
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    (run / RC.CACHE_DIR).write_text("not a folder")           # as root, permissions would not stop a write
+    cache = RC.RunCache(run, RC.signature(run))
+    assert not cache.put("summary", {"a": 1}) and cache.get("summary") is None
+    (run / RC.CACHE_DIR).unlink()
+    cache = RC.RunCache(run, RC.signature(run))
+    assert cache.put("steps", pd.DataFrame({"a": [1, 2]}))
+    (run / RC.CACHE_DIR / "steps.parquet").write_bytes(b"PAR1 truncated")
+    assert RC.RunCache(run, RC.signature(run)).get("steps") is None
+    # a LoadedRun over the damaged cache computes the table and gives the true one
+    first = loaded(run)
+    truth = first.step_table()
+    pd.testing.assert_frame_equal(loaded(run).step_table(), truth)
+
+
+@pytest.mark.parametrize("src", ["tests/data/ddp-2rank", "tests/data/zero2", "tests/data/straggler",
+                                 "tests/data/truncated-rank", "traces/sim-gpt2-medium-128"])
+def test_cached_tables_equal_computed_ones_and_need_no_events(tmp_path, src):
+    run = fresh_copy(ROOT / src, tmp_path / "run")
+    cold = loaded(run)
+    assert cold._opened
+    assert not cold.warm()
+    computed = {k: getattr(cold, m)() for k, m in METHODS.items()}
+    warm = loaded(run)
+    assert not warm._opened, "the facts were cached: the events should not be read for whole-run tables"
+    assert warm.problems == cold.problems and warm.incomplete_ranks == cold.incomplete_ranks
+    assert warm.step_list.tolist() == cold.step_list.tolist() and warm.ranks == cold.ranks
+    assert warm._extents == cold._extents and warm.n_buckets == cold.n_buckets
+    for key, method in METHODS.items():
+        same(getattr(warm, method)(), computed[key], key)
+    assert not warm._opened, "every page table came from the cache"
+    assert set(METHODS) | {"facts"} == set(PERSISTED)
+    # the replay's first step is read alone from the rank files: the same tables as sliced from all events
+    step = warm.start_step
+    alone = warm.step_view(step)
+    assert alone.source == "step analysed alone"
+    whole = cold.step_view(step)
+    for key in ("compute", "comm", "exposed", "steps", "step_spread", "lateness"):
+        same(alone.get(key).reset_index(drop=True), whole.get(key).reset_index(drop=True), f"step {step} {key}")
+
+
+METHODS = {"summary": "summary", "steps": "step_table", "bucket_stats": "bucket_stats", "rank_skew": "rank_skew",
+           "time_split": "time_split", "op_bytes": "op_bytes", "comparison": "comparison", "distributed": "distributed"}
+
+
+def same(a, b, what):
+    if isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=what)
+    elif isinstance(a, tuple):
+        assert len(a) == len(b), what
+        for x, y in zip(a, b):
+            same(x, y, what)
+    else:
+        assert RC._same(RC._plain_tree(b), json.loads(json.dumps(a, default=RC._plain))), what
+
+
+def test_recording_runs_are_not_cached(tmp_path):
+    run = fresh_copy(ROOT / "tests/data/truncated-rank", tmp_path / "run")
+    meta = json.loads((run / "run.json").read_text())
+    meta["finished"] = False
+    (run / "run.json").write_text(json.dumps(meta))
+    for f in run.iterdir():          # just written: still recording
+        os.utime(f)
+    live = loaded(run)
+    assert live.recording
+    live.summary()
+    assert not (run / RC.CACHE_DIR).exists()
