@@ -155,7 +155,11 @@ def _check_port(host: str, port: int) -> None:
               help="Largest run (GB of rank files) opened whole; bigger ones get an error card naming the "
                    "commands that handle them [an eighth of this machine's memory].")
 def dash_command(root: Path, port: int, host: str, debug: bool, max_run_gb: float | None):
-    """Serve the Dash replay app for the runs under ROOT (a run directory or a folder of runs)."""
+    """Serve the Dash replay app for the runs under ROOT (a run directory or a folder of runs).
+
+    Whole-run tables are kept in each run's .syncviz-cache/ folder (written by `syncviz trace` when
+    a run ends, or here the first time they are computed) and used only for the exact files they
+    came from; deleting the folder is always safe."""
     if not root.exists():
         raise click.ClickException(f"{root}: no such directory")
     # With --debug, Werkzeug's reloader runs this command again in a child process that serves on

@@ -70,8 +70,8 @@ def test_two_nodes_with_their_own_out_directories_read_as_one_run(tmp_path):
         assert p.returncode == 0, err[-3000:]
     run = load_run(tmp_path / "node0")
     assert run.ranks == [0, 1] and run.problems == [] and run.meta["gathered_ranks"] == [1]
-    assert sorted(p.name for p in (tmp_path / "node0").iterdir()) == [
-        "layout-0.arrow", "layout-1.arrow", "rank-0.arrow", "rank-1.arrow", "run.json"]
+    assert sorted(p.name for p in (tmp_path / "node0").iterdir()) == [   # + the dashboard's tables (runcache)
+        ".syncviz-cache", "layout-0.arrow", "layout-1.arrow", "rank-0.arrow", "rank-1.arrow", "run.json"]
     r1 = [r for r in run.meta["ranks"] if r["rank"] == 1][0]
     assert r1["node"] == 1 and abs(r1["clock_offset_ns"] + SKEW) <= r1["clock_error_ns"] + 5_000_000
     assert sorted(run.events.loc[run.events["rank"] == 1, "step"].unique()) == [0, 1, 2, 3]
