@@ -164,3 +164,13 @@ def test_recording_runs_are_not_cached(tmp_path):
     assert live.recording
     live.summary()
     assert not (run / RC.CACHE_DIR).exists()
+
+
+def test_finding_runs_skips_cache_folders_and_ends_link_cycles(tmp_path):
+    from syncviz.trace import find_runs
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "root" / "a")
+    decoy = run / RC.CACHE_DIR / "old"
+    decoy.mkdir(parents=True)
+    (decoy / "run.json").write_text("{}")                # not a run: inside a cache folder
+    (tmp_path / "root" / "loop").symlink_to(tmp_path / "root", target_is_directory=True)
+    assert find_runs(tmp_path / "root") == [run]

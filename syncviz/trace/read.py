@@ -381,4 +381,22 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
         return [root]
     if not root.is_dir():
         return []
-    return sorted({p.parent for p in root.rglob(S.RUN_FILE)})
+    # os.walk, not Path.rglob: a directory that vanishes during the walk (a run being deleted, a
+    # cache writer's temporary folder) is skipped instead of raising. Links to directories are
+    # followed, as rglob does, each real directory once (a link cycle ends there); the store
+    # decides whether a linked run may be served.
+    found, seen = set(), set()
+    for top, dirs, files in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(top)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = [d for d in dirs if d != S.CACHE_DIR]
+        if S.RUN_FILE in files:
+            found.add(Path(top))
+    return sorted(found)

@@ -16,6 +16,7 @@ SCHEMA_MINOR = 0
 SCHEMA_VERSION = f"{SCHEMA_NAME}/{SCHEMA_MAJOR}"
 
 RUN_FILE = "run.json"
+CACHE_DIR = ".syncviz-cache"   # whole-run tables kept beside a run by its views (views/runcache.py); not trace data
 
 
 def rank_file(rank: int) -> str:

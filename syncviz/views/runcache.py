@@ -39,7 +39,7 @@ from syncviz.trace import schema as S
 
 log = logging.getLogger("syncviz.runcache")
 
-CACHE_DIR = ".syncviz-cache"
+CACHE_DIR = S.CACHE_DIR
 FORMAT = 1
 STAMP = "stamp.json"
 
