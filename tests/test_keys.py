@@ -86,3 +86,21 @@ def test_ms_text_is_arrows_float_text():
     ns = np.concatenate([rng.integers(0, 10 ** e + 1, 2000) for e in range(16)]).astype(float)
     ns = np.r_[ns, np.nan, -1.0, -2_500_000.0, 0.5, 1e15, 1e16 + 2, 123.25, np.inf]
     assert pc.all(pc.equal(cat(ms(ns)), num(ns / 1e6))).as_py()
+
+
+def test_cat_in_row_ranges_is_one_join():
+    """cat joins long columns as row ranges in threads: the same strings, byte for byte, as one join
+    (nested: a cat of cat results and of when()'s if_else of them)."""
+    import pyarrow as pa
+    from syncviz.views.export import jsoncols as J
+    n = 3 * J.PARALLEL_ROWS + 7
+    v = np.arange(n, dtype=np.int64) * 7919
+    a = J.ints(v)
+    inner = cat('{"x":', a, ',"us":', J.us(v))
+    assert isinstance(inner, pa.ChunkedArray) or J.WAYS < 2
+    outer = cat(inner, J.when(v % 3 == 0, ',"y":', a), "}")
+    one = pc.binary_join_element_wise(
+        pc.binary_join_element_wise('{"x":', a, ',"us":', *J.us(v), ""),
+        pc.if_else(pa.array(v % 3 == 0), pc.binary_join_element_wise(',"y":', a, ""), ""), "}", "")
+    assert outer.to_pylist() == one.to_pylist()
+    assert b"".join(bytes(m) for m in J.chunks([outer])) == "".join(one.to_pylist()).encode()

@@ -163,15 +163,23 @@ def _comm_parts(comm: pd.DataFrame, tracks: _Tracks) -> list[pa.Array]:
                        for kd, b, o, nb, lg, dt, gs, ph, lab in zip(*facts, label[first])], pa.string()).take(codes)
     launch, ready = c["launch_ns"].to_numpy(), c["ready_ns"].to_numpy()
     pidtid = _pid_tid(pid, tid)
-    out = [J.cat('{"ph":"X",', pidtid, ',"ts":', J.us(start), ',"dur":', J.us(end - start), ",",
-                static, ',"step":', J.ints(c["step"].to_numpy()), ',"micro":', J.ints(c["micro"].to_numpy()),
-                ',"exposed_ms":', J.ms(c["exposed_ns"]),
-                ',"duration_ms":', J.ms(c["duration_ns"]), ',"queue_ms":', J.ms(c["queue_ns"]),
-                ',"wait_peers_ms":', J.ms(c["wait_peers_ns"]), ',"queued_ms":', J.ms(c["queued_ns"]),
-                ',"hook_to_launch_ms":', J.ms(c["hook_to_launch_ns"]),
-                ',"busbw_GBps":', J.num(c["busbw_gbps"]), ',"algbw_GBps":', J.num(c["algbw_gbps"]),
-                J.when(launch >= 0, ',"launch_ns":', J.ints(launch)),
-                J.when(ready >= 0, ',"ready_ns":', J.ints(ready), ',"launch_delay_ms":', *J.ms(c["launch_delay_ns"])),
+    # the numeric pieces, built side by side (each is Arrow take/cast work that releases the GIL)
+    ts, dur, step_s, micro_s, *ms, busbw, algbw, launch_s, ready_s, delay = J.pieces(
+        lambda: J.us(start), lambda: J.us(end - start), lambda: J.ints(c["step"].to_numpy()),
+        lambda: J.ints(c["micro"].to_numpy()),
+        *[lambda k=k: J.ms(c[k]) for k in ("exposed_ns", "duration_ns", "queue_ns", "wait_peers_ns", "queued_ns",
+                                           "hook_to_launch_ns")],
+        lambda: J.num(c["busbw_gbps"]), lambda: J.num(c["algbw_gbps"]), lambda: J.ints(launch), lambda: J.ints(ready),
+        lambda: J.ms(c["launch_delay_ns"]))
+    out = [J.cat('{"ph":"X",', pidtid, ',"ts":', ts, ',"dur":', dur, ",",
+                static, ',"step":', step_s, ',"micro":', micro_s,
+                ',"exposed_ms":', ms[0],
+                ',"duration_ms":', ms[1], ',"queue_ms":', ms[2],
+                ',"wait_peers_ms":', ms[3], ',"queued_ms":', ms[4],
+                ',"hook_to_launch_ms":', ms[5],
+                ',"busbw_GBps":', busbw, ',"algbw_GBps":', algbw,
+                J.when(launch >= 0, ',"launch_ns":', launch_s),
+                J.when(ready >= 0, ',"ready_ns":', ready_s, ',"launch_delay_ms":', *delay),
                 "}},\n")]
 
     # "bucket k ready" → its collective: a zero-length slice at the ready time for the arrow to
