@@ -11,10 +11,10 @@ disjoint or one contains the other. Tracks are split into lanes ("compute", "com
 whenever real data would break that (overlapping collectives of the same kind, for instance).
 
 Speed: every event is written column-wise with Arrow string kernels (no Python dict or json.dumps
-per event), and the analysis tables the parts draw from are computed once and shared, so the
-128-rank sample (185k trace events) takes ~0.19 s of CPU (~1 M events/s) where the per-event
-version took 2.7 s and main's column-wise one 0.24-0.28 s; benchmarks/export.py measures them side
-by side. ``steps`` (A, B) writes those steps only (load_run(steps=...) reads only them).
+per event; long joins and the comm slices' numeric pieces on both cores, jsoncols.cat/pieces), and
+the analysis tables the parts draw from are computed once and shared, so the 128-rank sample (185k
+trace events) takes 0.17 s (1.06-1.10 M events/s, quiet machine) where the per-event version took
+2.7 s and main's column-wise one 0.24 s; benchmarks/export.py measures them side by side. ``steps`` (A, B) writes those steps only (load_run(steps=...) reads only them).
 """
 from __future__ import annotations
 
