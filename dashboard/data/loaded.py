@@ -1,5 +1,7 @@
-"""One run loaded for the dashboard: read once with the trace reader (syncviz.trace.open_run), its
-Arrow table kept and sliced per step, whole-run tables computed lazily and cached (see store.py)."""
+"""One run loaded for the dashboard: read with the trace reader (syncviz.trace.open_run), its Arrow
+table kept and sliced per step, whole-run tables computed lazily and cached in memory and on disk
+beside the run (views/runcache.py). When the disk cache holds the run's facts, the events are read
+only when a page needs them (the Replay page: its first step alone, the rest in a thread)."""
 from __future__ import annotations
 
 import logging
@@ -54,11 +56,10 @@ def signature(run_dir: Path, root: Path) -> tuple:
 # tables never read the events at all.
 PERSISTED = ("facts", "summary", "steps", "bucket_stats", "rank_skew", "time_split", "op_bytes", "comparison",
              "distributed")
-# Set when the events are read (_open): on first use, not at load, when the disk cache has the facts.
+# Set when the events are read (_open): on first use, not at load, when the disk cache has the facts
+# (which give the step list, extents and ranks; the table, its index and the blocks wait for the events).
 _LAZY = frozenset({"table", "_batches", "_by_step", "_mixed", "step_list", "_step_set", "_extents", "n_buckets",
                    "ranks", "blocks"})
-# (With the facts cached, only the table, its step -> batches index and the block analysis wait for
-# the events; the step list, extents and ranks come from the cache.)
 
 
 class LoadedRun:
