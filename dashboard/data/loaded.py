@@ -167,8 +167,7 @@ class LoadedRun:
             return self._cache[key]
 
     def _persist(self, key: str, value: Any) -> None:
-        # In a thread: writing (and reading back to check) the bucket rows of a 1M-event run takes
-        # ~0.5 s that the page being drawn should not wait for. warm() writes in place.
+        # In a thread (writing and reading back to check takes time the page should not wait for); warm() writes in place.
         if self._write_async:
             threading.Thread(target=self.disk.put, args=(key, value), name="syncviz-cache-write", daemon=True).start()
         else:

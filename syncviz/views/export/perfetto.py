@@ -14,7 +14,8 @@ Speed: every event is written column-wise with Arrow string kernels (no Python d
 per event; long joins and the comm slices' numeric pieces on both cores, jsoncols.cat/pieces), and
 the analysis tables the parts draw from are computed once and shared, so the 128-rank sample (185k
 trace events) takes 0.17 s (1.06-1.10 M events/s, quiet machine) where the per-event version took
-2.7 s and main's column-wise one 0.24 s; benchmarks/export.py measures them side by side. ``steps`` (A, B) writes those steps only (load_run(steps=...) reads only them).
+2.7 s and main's column-wise one 0.24 s; benchmarks/export.py measures them side by side.
+``steps`` (A, B) writes those steps only (load_run(steps=...) reads only them).
 """
 from __future__ import annotations
 
