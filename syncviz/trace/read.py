@@ -381,10 +381,8 @@ def find_runs(root: str | os.PathLike) -> list[Path]:
         return [root]
     if not root.is_dir():
         return []
-    # os.walk, not Path.rglob: a directory that vanishes during the walk (a run being deleted, a
-    # cache writer's temporary folder) is skipped instead of raising. Links to directories are
-    # followed, as rglob does, each real directory once (a link cycle ends there); the store
-    # decides whether a linked run may be served.
+    # os.walk, not rglob: a folder vanishing mid-walk (a run deleted, a cache writer's temp folder) is
+    # skipped, not raised. Links are followed as rglob does, each real folder once (cycles end).
     found, seen = set(), set()
     for top, dirs, files in os.walk(root, followlinks=True):
         try:
