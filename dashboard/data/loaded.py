@@ -31,6 +31,7 @@ log = logging.getLogger("syncviz.dashboard")
 STEP_CACHE = 128          # per-step views kept per run (play loops stay in cache)
 STALE_S = 300.0           # an unfinished run untouched this long is shown as stopped, not recording
 BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts
+OPEN_DELAY_S = 0.8        # after the first draw, before its events are read (facts cached): see _open_in_background
 
 
 def inside_root(path: Path, root: Path) -> bool:
@@ -50,10 +51,8 @@ def signature(run_dir: Path, root: Path) -> tuple:
     return RC.signature(run_dir, check)
 
 
-# Whole-run tables kept on disk beside the run (views/runcache.py): at 1M events they take 4-5 s of
-# CPU to compute and ~0.3 s to read back (benchmarks/dashboard.py prints both). "facts" are what
-# the reader found (problems, incomplete ranks): with them cached, pages that draw only whole-run
-# tables never read the events at all.
+# Whole-run tables kept on disk beside the run (views/runcache.py): 4-5 s of CPU to compute at 1M events,
+# ~0.3 s to read back. "facts": what the reader found; with them, whole-run pages never read events.
 PERSISTED = ("facts", "summary", "steps", "bucket_stats", "rank_skew", "time_split", "op_bytes", "comparison",
              "distributed")
 # Set when the events are read (_open): on first use, not at load, when the disk cache has the facts
@@ -220,19 +219,20 @@ class LoadedRun:
                 self.blocks.start(delay_s=max(0.0, BACKGROUND_DELAY_S - (time.monotonic() - t0)))
         threading.Thread(target=after_open, name=f"syncviz-analyse-wait-{self.name}", daemon=True).start()
 
-    def _open_in_background(self) -> None:
-        """Read the events in a thread (once), started as soon as the replay has drawn its first
-        step (analyse_in_background), so that slider moves a second later find them in memory: a
-        step read alone costs more the later it is (an Arrow stream is read from its start), and
-        one read while this thread runs shares the CPU with it (first moves 257-391 ms of server
-        time when the events were read only after the blocks' delay, measured). Started before
-        the first step's callback instead, it slowed that callback from 0.18 to 0.72 s."""
+    def _open_in_background(self, delay: bool = True) -> None:
+        """Read the events in a thread (once), OPEN_DELAY_S after the replay has drawn its first step,
+        so that slider moves a second later find them in memory: a step read alone costs more the
+        later it is (an Arrow stream is read from its start) and shares the CPU with this thread
+        (first moves 257-391 ms of server time when the read waited for the blocks' 1.5 s; 0.8 s:
+        every move from the blocks, <= 67 ms). At once, it took the CPU the browser was drawing with
+        (first step drawn 2.8 s after navigation against 2.4 s, benchmarks/dashboard.py)."""
         with self._lock:
             if self._opened or self._opening:
                 return
             self._opening = True
 
         def work():
+            time.sleep(OPEN_DELAY_S if delay else 0.0)
             try:
                 self._open()
             except Exception:      # the pages that need the events read them again and report it
