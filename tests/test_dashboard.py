@@ -487,3 +487,31 @@ def test_bucket_map_says_why_ddp_starts_with_one_bucket():
     run = load_run(Path(__file__).resolve().parents[1] / "traces" / "cpu-mini-ddp")
     titles = [a["text"] for a in bucket_map_figure(A.bucket_map(run.layouts))["layout"]["annotations"]]
     assert titles[0].startswith("layout 0 (initial: DDP holds every parameter in one bucket") and "rebuild" in titles[1]
+
+
+def test_buckets_page_names_zero3_units_as_units(app, tmp_path):
+    """A simulated ZeRO-3 run records which parameters form each unit (gathered and reduce-scattered
+    together) in its layout: the page draws that map as units, with the no-buckets note, and no DDP
+    wording ("rebuild", "bucket")."""
+    from click.testing import CliRunner
+    from syncviz.cli import cli
+    from syncviz.dashboard import components as C
+    from syncviz.dashboard.data.store import RunStore
+    from syncviz.dashboard.pages import buckets
+    out = tmp_path / "runs" / "z3"
+    r = CliRunner().invoke(cli, ["simulate", "--preset", "gpt2-medium-8", "--strategy", "zero3", "--steps", "2",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    served = C.store()
+    C.set_store(RunStore(tmp_path / "runs"))
+    try:
+        figs = buckets.draw("z3")
+    finally:
+        C.set_store(served)
+    assert "No gradient buckets" in str(figs[-1])
+    unit_map = figs[0]
+    assert "ZeRO-3 unit" in unit_map["layout"]["title"]["text"] and unit_map["data"]
+    from plotly.utils import PlotlyJSONEncoder
+    text = json.dumps(unit_map, cls=PlotlyJSONEncoder)
+    assert "rebuild" not in text and "bucket" not in text.lower().replace("no gradient buckets", "")
+    assert all(f["layout"]["annotations"][0]["text"] == "no gradient buckets in this run" for f in figs[1:-1])

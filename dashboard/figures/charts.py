@@ -28,11 +28,25 @@ def _none(a):
 
 # ------------------------------------------------------------------------------------ buckets
 
-def bucket_map_figure(bmap: pd.DataFrame) -> dict:
+def bucket_map_figure(bmap: pd.DataFrame, unit: str = "bucket") -> dict:
     """Which parameters went into which bucket, per layout version (analysis.bucket_map): one bar
-    per bucket, stacked by parameter byte ranges; parameters DDP's rebuild moved are orange."""
+    per bucket, stacked by parameter byte ranges; parameters DDP's rebuild moved are orange.
+    ``unit``: what a group is when it is not a DDP bucket (a ZeRO-3 run's layout groups parameters
+    by the unit gathered and reduce-scattered together): named so, without DDP's wording."""
     if not len(bmap):
         return empty_figure("no bucket layout recorded for this run")
+    if unit != "bucket":
+        fig = bucket_map_figure(bmap)
+        for trace in fig["data"]:
+            trace["hovertemplate"] = (f"{unit} %{{x}}: <b>%{{customdata[0]}}</b><br>%{{customdata[1]:,}} × %{{customdata[2]}}"
+                                      f" = %{{customdata[5]:.2f}} MB, at %{{customdata[6]:.2f}} MB of the {unit}<extra></extra>")
+        fig["layout"]["title"] = _title(f"Parameters per {unit}: gathered and reduce-scattered together (MB = 10⁶ bytes)")
+        for key, axis in fig["layout"].items():
+            if key.startswith("xaxis"):
+                axis["title"] = {"text": unit}
+        for note in fig["layout"]["annotations"]:
+            note["text"] = note["text"].split(" (")[0]
+        return fig
     versions = sorted(bmap["layout"].unique())
     data = []
     names = {0: "layout 0 (initial)", 1: "layout 1 (after DDP's rebuild)"}

@@ -46,12 +46,15 @@ def draw(name):
         return [empty_figure("no run selected")] * len(GRAPHS) + [C.run_picker_note(name)]
     try:
         run = C.store().get(name)
-        if not run.bucket_stats()[3] and not len(run.bucket_map()):
-            strategy = run.meta.get("strategy") or "this strategy"
+        strategy = run.meta.get("strategy") or "this strategy"
+        units = strategy == "zero3" and len(run.bucket_map())   # the simulator's ZeRO-3 layout: parameters per unit
+        if not run.bucket_stats()[3] and (units or not len(run.bucket_map())):
             note = C.note_card(f"Gradient buckets are DDP's (and ZeRO-1/2's under DDP). In this run ({strategy}) "
                                "gradients are synchronized by other collectives: the Distributed page counts and "
                                "times them, and the Replay page draws each one.", title="No gradient buckets in this run")
-            return [empty_figure("no gradient buckets in this run")] * len(GRAPHS) + [note]
+            first = CH.bucket_map_figure(run.bucket_map(), unit="ZeRO-3 unit") if units else \
+                empty_figure("no gradient buckets in this run")
+            return [first] + [empty_figure("no gradient buckets in this run")] * (len(GRAPHS) - 1) + [note]
         return bucket_figures(name) + [None]
     except Exception as e:
         return [empty_figure("nothing to draw")] * len(GRAPHS) + [C.error_card(C.problem_text(e))]
