@@ -185,13 +185,58 @@ def test_run_too_big_to_open_whole_is_one_line(root):
     with pytest.raises(TraceError) as e:
         store.get("synth8")
     msg = str(e.value)
-    assert "\n" not in msg and "GB of events" in msg and "syncviz summary synth8" in msg and "--steps" in msg
+    assert "\n" not in msg and "GB of events" in msg and f"syncviz summary {root / 'synth8'}" in msg and "--steps" in msg
     assert RunStore(root).get("synth8").table.num_rows > 0          # the default budget opens it
     assert store.meta("synth8")["world_size"] == 8                    # listing still works
     from click.testing import CliRunner
     from syncviz.cli import cli
     r = CliRunner().invoke(cli, ["dash", str(root), "--max-run-gb", "0"])
     assert r.exit_code != 0 and "--max-run-gb" in r.output
+
+
+def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp_path):
+    """Over the budget, a run is refused until `syncviz summary` has run on it; then the Runs
+    list, the Replay (each step read alone from the rank files) and Ratios' step figure work
+    without ever reading the run whole, with the numbers a whole read gives, and a page that needs
+    every event says so in one line."""
+    from click.testing import CliRunner
+    from syncviz.cli import cli
+    from syncviz.dashboard import components as C
+    from syncviz.dashboard.data.loaded import LoadedRun
+    from syncviz.dashboard.data.store import RunStore
+    from syncviz.dashboard.pages.ratios import ratio_figures
+    from syncviz.views import runcache as RC
+    big = write_synth_run(tmp_path / "runs" / "big", world=8, steps=6, n_buckets=4, straggler=3, straggle_ms=4)
+    store = RunStore(tmp_path / "runs", max_run_bytes=10_000)
+    with pytest.raises(TraceError, match="run `syncviz summary"):
+        store.get("big")
+    r = CliRunner().invoke(cli, ["summary", str(big), "--jobs", "1"])
+    assert r.exit_code == 0, r.output
+    run = store.get("big")
+    assert run.partial and not run._opened
+    truth = LoadedRun("big", big, RC.signature(big))      # the whole read (it uses the same cache: compare
+    truth.disk = RC.RunCache(tmp_path / "nowhere", ())    # with a fresh computation instead)
+    assert run.summary() == truth.summary()
+    assert store.summary("big")[0] == truth.summary()
+    pd.testing.assert_frame_equal(run.step_table(), truth.step_table(), check_exact=True)
+    assert run.step_list.tolist() == truth.step_list.tolist() and run._extents == truth._extents
+    view = run.step_view(run.start_step)
+    for key in ("compute", "comm", "exposed", "steps", "lateness"):
+        pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
+                                      truth.step_view(run.start_step).get(key).reset_index(drop=True), check_exact=True)
+    run.analyse_in_background()                    # nothing to start: steps are read alone
+    with pytest.raises(TraceError) as e:
+        run.bucket_stats()
+    assert "needs every event" in str(e.value) and "\n" not in str(e.value)
+    old = C._STORE
+    C.set_store(store)
+    try:
+        steps_fig, skew_fig, recording = ratio_figures("big")
+    finally:
+        C.set_store(old)
+    assert len(steps_fig["data"]) and not recording
+    assert "needs every event" in json.dumps(skew_fig)
+    assert not run._opened, "the run was never read whole"
 
 
 def test_whole_run_tables_same_from_whole_analysis_and_from_blocks(root):

@@ -138,6 +138,36 @@ def test_cached_tables_equal_computed_ones_and_need_no_events(tmp_path, src):
         same(alone.get(key).reset_index(drop=True), whole.get(key).reset_index(drop=True), f"step {step} {key}")
 
 
+@pytest.mark.parametrize("src", ["tests/data/ddp-2rank", "tests/data/zero2", "tests/data/straggler",
+                                 "tests/data/truncated-rank", "traces/sim-gpt2-medium-128"])
+def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
+    """`syncviz summary` (by partitions of ranks: here one rank each, so every combination runs)
+    keeps the step index, summary and step table under the dashboard's keys; each equals what the
+    dashboard computes from the whole run, exactly (types included)."""
+    from syncviz.analysis.partitioned import summarize
+    run = fresh_copy(ROOT / src, tmp_path / "a" / "run")
+    sig = RC.signature(run)
+    assert RC.put_summary(run, summarize(run, jobs=1, target_events=1), sig)
+    kept = RC.RunCache(run, RC.signature(run))
+    cold = loaded(fresh_copy(ROOT / src, tmp_path / "b" / "run"))
+    assert cold._opened
+    assert RC._same(cold._facts(), kept.get("facts"))
+    same(cold.summary(), kept.get("summary"), "summary")
+    same(kept.get("steps"), cold.step_table(), "steps")
+    warm = loaded(run)
+    assert not warm._opened and warm.summary() == cold.summary()
+
+
+def test_summary_keeps_nothing_for_files_that_changed_meanwhile(tmp_path):
+    from syncviz.analysis.partitioned import summarize
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    sig = RC.signature(run)
+    tables = summarize(run, jobs=1)
+    os.utime(run / "rank-0.arrow", ns=(1, 1))       # a rank file rewritten while the summary ran
+    assert not RC.put_summary(run, tables, sig)
+    assert RC.RunCache(run, RC.signature(run)).get("facts") is None
+
+
 METHODS = {"summary": "summary", "steps": "step_table", "bucket_stats": "bucket_stats", "rank_skew": "rank_skew",
            "time_split": "time_split", "op_bytes": "op_bytes", "comparison": "comparison", "distributed": "distributed"}
 

@@ -29,7 +29,6 @@ from syncviz.dashboard.data.stepview import Blocks, StepView
 log = logging.getLogger("syncviz.dashboard")
 
 STEP_CACHE = 128          # per-step views kept per run (play loops stay in cache)
-STALE_S = 300.0           # an unfinished run untouched this long is shown as stopped, not recording
 BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts
 OPEN_DELAY_S = 0.8        # after the first draw, before its events are read (facts cached): see _open_in_background
 
@@ -64,8 +63,11 @@ _LAZY = frozenset({"table", "_batches", "_by_step", "_mixed", "step_list", "_ste
 class LoadedRun:
     """One run read from disk: metadata, the Arrow event table and lazily computed tables."""
 
-    def __init__(self, name: str, path: Path, sig: tuple):
-        self.name, self.path, self.sig = name, path, sig
+    def __init__(self, name: str, path: Path, sig: tuple, partial: str | None = None):
+        """``partial``: the run is too big to read whole (store._check_size says why, and that line
+        is what a table needing every event raises): its facts come from the disk cache and its
+        events are only ever read one step at a time."""
+        self.name, self.path, self.sig, self.partial = name, path, sig, partial
         self._lock = threading.RLock()
         self._opened = False                  # the events read (else only the cached facts)
         self._opening = self._analyse_asked = False
@@ -78,6 +80,8 @@ class LoadedRun:
         self._open_lock = threading.Lock()
         facts = self.disk.get("facts")
         if facts is None:
+            if partial:
+                raise TraceError(partial)
             self._open()
         else:   # what the reader found and the step index, from the cache: the events are read on first use
             self.meta, (self.layouts, _) = T.read_meta(path), T.load_layouts(path)
@@ -101,6 +105,8 @@ class LoadedRun:
         with self._open_lock:
             if self._opened:
                 return
+            if self.partial:
+                raise TraceError(self.partial)
             files = T.open_run(self.path)
             self.meta, self.layouts = files.meta, files.layouts
             self.problems, self.incomplete_ranks = files.problems, files.incomplete_ranks
@@ -115,7 +121,7 @@ class LoadedRun:
                 self._persist("facts", self._facts())
 
     def _facts(self) -> dict:
-        steps = list(self._extents)
+        steps = sorted(self._extents)
         return {"problems": list(self.problems), "incomplete_ranks": list(self.incomplete_ranks),
                 "ranks": list(self.ranks), "n_buckets": int(self.n_buckets), "steps": self.step_list.tolist(),
                 "extent_steps": [int(k) for k in steps], "extent_ms": [float(self._extents[k]) for k in steps]}
@@ -134,10 +140,7 @@ class LoadedRun:
     def recording(self) -> bool:
         """Still being written: run.json not marked finished, a rank stream not closed yet, and a
         file changed in the last STALE_S seconds (else the run stopped: it is just incomplete)."""
-        if self.meta.get("finished", False) or not self.incomplete_ranks:
-            return False
-        newest = max((mtime for _, _, mtime in self.sig), default=0)
-        return time.time() - newest / 1e9 < STALE_S
+        return RC.is_recording(self.meta, self.incomplete_ranks, self.sig)
 
     def step_range_ms(self, step: int | None = None) -> float:
         """Time axis length for ``step``: the longest step after the first (step 0 includes warm-up
@@ -207,7 +210,8 @@ class LoadedRun:
             self.blocks.start(delay_s=BACKGROUND_DELAY_S)
             return
         with self._lock:
-            if self._analyse_asked:
+            if self._analyse_asked or self.partial:    # partial: every step is read alone
+                return
                 return
             self._analyse_asked = True
         self._open_in_background()

@@ -24,6 +24,8 @@ from typing import Callable
 from syncviz import trace as T
 from syncviz.trace import TraceError
 
+from syncviz.views import runcache as RC
+
 from syncviz.dashboard.data.loaded import LoadedRun, inside_root, signature
 
 log = logging.getLogger("syncviz.dashboard")
@@ -42,6 +44,10 @@ def default_max_run_bytes() -> int:
     except (ValueError, OSError, AttributeError):
         ram = 16 * 2 ** 30
     return max(2 ** 30, ram // 8)
+
+
+class TooBig(TraceError):
+    """A run too big to read whole, with nothing kept beside it to open it from."""
 
 
 class RunStore:
@@ -115,12 +121,12 @@ class RunStore:
         with lock:   # one loader per run; concurrent callbacks wait for it instead of re-reading
             sig = signature(path, self.root)
             cached = self._loaded.get(name)
-            if cached is None or self._sigs.get(name) != sig:
+            # a refusal (TooBig) is tried again: `syncviz summary` may have kept what it needs since
+            if cached is None or self._sigs.get(name) != sig or isinstance(cached, TooBig):
                 if isinstance(cached, LoadedRun):
                     cached.cancel()
                 try:
-                    self._check_size(name, sig)
-                    cached = LoadedRun(name, path, sig)
+                    cached = LoadedRun(name, path, sig, partial=self._check_size(name, path, sig))
                 except TraceError as e:
                     cached = e
                 except Exception as e:   # a damaged file the reader did not foresee: one line, logged
@@ -132,14 +138,21 @@ class RunStore:
             raise cached
         return cached
 
-    def _check_size(self, name: str, sig: tuple) -> None:
-        """Refuse, in one line, a run too big to hold in memory (see default_max_run_bytes)."""
+    def _check_size(self, name: str, path: Path, sig: tuple) -> str | None:
+        """None for a run this dashboard reads whole. A run too big to hold in memory (see
+        default_max_run_bytes) is opened from what `syncviz summary` (or `syncviz trace`) kept beside
+        it — its step index, summary and step table — and read one step at a time: the returned
+        line says why a page that needs every event cannot have it. Without those, it is refused in
+        one line naming the command that writes them."""
         size = sum(n for f, n, _ in sig if f.startswith("rank-"))
-        if size > self.max_run_bytes:
-            raise TraceError(
-                f"{name}: {size / 1e9:.1f} GB of events, more than this dashboard opens whole "
-                f"({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb); `syncviz summary {name}` summarizes it in "
-                f"partitions and `syncviz export perfetto {name} --steps A:B` exports a step range")
+        if size <= self.max_run_bytes:
+            return None
+        what = f"{name}: {size / 1e9:.1f} GB of events, more than this dashboard reads whole ({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb)"
+        if RC.RunCache(path, sig).get("facts") is None:
+            raise TooBig(f"{what}; run `syncviz summary {path}` once (it summarizes the run in partitions and keeps "
+                             f"what the Runs, Replay and Ratios pages need), or `syncviz export perfetto {path} --steps A:B`")
+        return (f"{what}: this page needs every event. The Runs, Replay (one step at a time) and Ratios pages work "
+                f"on it; `syncviz summary` reports it whole")
 
     def _keep_recent(self, name: str) -> None:
         """Keep the MAX_LOADED most recently used runs in memory (a 1M-event run holds ~1 GB once

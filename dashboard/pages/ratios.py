@@ -6,6 +6,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from syncviz import analysis as A
+from syncviz.trace import TraceError
 
 from syncviz.dashboard.figures import charts as CH
 from syncviz.dashboard import components as C
@@ -36,7 +37,14 @@ def ratio_figures(name: str) -> tuple[dict, dict, bool]:
     steps = run.step_table()
     spread = {c: A.quantiles(steps, "step", c, qs=(0.0, 0.5, 1.0))
               for c in ("compute_comm_ratio", "overlap_pct", "exposed_ns")}
-    return CH.over_steps_figure(spread, live=run.recording), CH.skew_heatmap_figure(run.rank_skew()), run.recording
+    try:
+        skew = CH.skew_heatmap_figure(run.rank_skew())
+    except TraceError:
+        if not run.partial:
+            raise
+        skew = empty_figure("The rank × step lateness map needs every event of this run, more than this dashboard "
+                            "reads whole; the Replay page draws each step's lateness")
+    return CH.over_steps_figure(spread, live=run.recording), skew, run.recording
 
 
 @dash.callback(Output("ratios-steps", "figure"), Output("ratios-skew", "figure"), Output("ratios-error", "children"),

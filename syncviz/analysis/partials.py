@@ -41,10 +41,11 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict
     if keep is not None and ev is not None:
         ev.to_pickle(keep)
     out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
-           "max_rank": -1, "steps": pd.DataFrame(), "events": None}
+           "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None}
     if ev is None:
         return out
     out["rows"] = len(ev)
+    out["facts"] = step_facts(ev)
     if len(ev):
         last = ev.groupby("rank")["step"].max()
         out["last_step"] = {int(r): int(s) for r, s in last.items()}
@@ -55,6 +56,33 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict
         c = Q.occurrences(comm)
         out["events"] = c.groupby(Q.EVENT_KEY, observed=True, sort=False)["launch_ns"].agg(["min", "max", "size"])
     return out
+
+
+def step_facts(ev: pd.DataFrame) -> dict:
+    """What the dashboard's step index (dashboard/data/stepindex.py) finds in these ranks' rows:
+    the ranks, the highest bucket index, every step (>= 0) and, per step with valid rows, its first
+    start and last end (ns). combine_facts turns several partitions' into the run's."""
+    steps = ev["step"].to_numpy()
+    start, end = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    valid = (start >= 0) & (end >= start) & (steps >= 0)
+    g = pd.DataFrame({"step": steps[valid], "start": start[valid], "end": end[valid]}).groupby("step")
+    return {"ranks": np.unique(ev["rank"].to_numpy()), "top_bucket": int(ev["bucket"].max()) if len(ev) else -1,
+            "steps": np.unique(steps[steps >= 0]), "first": g["start"].min(), "last": g["end"].max()}
+
+
+def combine_facts(parts: list[dict], problems: list[str], incomplete: list[int]) -> dict:
+    """The run's facts as the dashboard caches them (LoadedRun._facts): the same values its step
+    index gives when it reads the whole run (tests/test_runcache.py compares them)."""
+    parts = [p for p in parts if p is not None]
+    ranks = sorted({int(r) for p in parts for r in p["ranks"]})
+    steps = sorted({int(s) for p in parts for s in p["steps"]})
+    top = max((p["top_bucket"] for p in parts), default=-1)
+    first = pd.concat([p["first"] for p in parts]).groupby(level=0).min() if parts else pd.Series(dtype=np.int64)
+    last = pd.concat([p["last"] for p in parts]).groupby(level=0).max() if parts else pd.Series(dtype=np.int64)
+    ext = sorted(first.index.tolist())
+    return {"problems": list(problems), "incomplete_ranks": list(incomplete), "ranks": ranks,
+            "n_buckets": max(1, top + 1), "steps": steps, "extent_steps": [int(k) for k in ext],
+            "extent_ms": [(int(last[k]) - int(first[k])) / 1e6 for k in ext]}
 
 
 def reduce_events(parts: list) -> pd.DataFrame | None:
@@ -250,5 +278,5 @@ def combine_offload(second: list[dict]) -> pd.DataFrame:
     return pd.DataFrame({"ms_per_step": g["ms"].sum() / n, "calls_per_step": g.size() / n}).reset_index()
 
 
-__all__ = ["pass1", "pass2", "combine_events", "combine_stragglers", "combine_skew", "combine_top_exposed",
+__all__ = ["pass1", "pass2", "step_facts", "combine_facts", "combine_events", "combine_stragglers", "combine_skew", "combine_top_exposed",
            "combine_buckets", "combine_collectives", "combine_offload"]

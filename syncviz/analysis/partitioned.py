@@ -56,6 +56,7 @@ class SummaryTables:
     collective_table: pd.DataFrame    # tables.collective_table of headline collective rows
     offload: pd.DataFrame             # metrics.offload_table over headline steps
     incomplete_ranks: list[int] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)   # partials.combine_facts: the dashboard's step index of the run
 
     @property
     def name(self) -> str:
@@ -113,7 +114,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
-        steps_parts, events, rows = [], None, 0
+        steps_parts, facts, events, rows = [], [], None, 0
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)])):
             problems += r["problems"]
             incomplete += r["incomplete"]
@@ -122,6 +123,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
             max_rank = max(max_rank, r["max_rank"])
             rows += r["rows"]
             steps_parts.append(r["steps"])
+            facts.append(r["facts"])
             events = P.reduce_events([events, r["events"]])
             say(f"pass 1/2: {i + 1}/{len(parts)} partitions")
         if errors and not rows:
@@ -158,8 +160,10 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         if pool is not None and own:
             pool.shutdown()       # the workers' memory is given back before the combine's medians
         second[0]["skew"] = skew
-        return _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,
-                        world_size=_world(meta, max_rank))
+        tables = _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,
+                          world_size=_world(meta, max_rank))
+        tables.facts = P.combine_facts(facts, tables.problems, incomplete)
+        return tables
 
 
 def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second, world_size):

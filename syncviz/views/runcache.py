@@ -28,6 +28,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ log = logging.getLogger("syncviz.runcache")
 CACHE_DIR = S.CACHE_DIR
 FORMAT = 1
 STAMP = "stamp.json"
+STALE_S = 300.0    # an unfinished run untouched this long has stopped: it is incomplete, not recording
 
 
 def signature(run_dir: Path, check=None) -> tuple:
@@ -56,6 +58,37 @@ def signature(run_dir: Path, check=None) -> tuple:
                 st = entry.stat()
                 sig.append((entry.name, st.st_size, st.st_mtime_ns))
     return tuple(sorted(sig))
+
+
+def is_recording(meta: dict, incomplete_ranks: list, sig: tuple) -> bool:
+    """Still being written: run.json not marked finished, a rank stream not closed yet, and a file
+    changed in the last STALE_S seconds (else the run stopped: it is just incomplete). Nothing is
+    cached for such a run."""
+    if meta.get("finished", False) or not incomplete_ranks:
+        return False
+    newest = max((mtime for _, _, mtime in sig), default=0)
+    return time.time() - newest / 1e9 < STALE_S
+
+
+def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
+    """Keep what the partitioned summary (analysis.partitioned.SummaryTables) found in the run's
+    cache, under the dashboard's keys (dashboard/data/loaded.py, PERSISTED): ``facts`` (the step
+    index), ``summary`` and ``steps`` (the step table in step order). These are the values the
+    dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
+    opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios.
+    ``sig``: the run's signature taken before summarizing; nothing is written when the files changed
+    since, or while the run is recording. False when nothing was written."""
+    run_dir = Path(run_dir)
+    try:
+        if signature(run_dir) != sig or is_recording(tables.meta, tables.incomplete_ranks, sig) or not tables.facts:
+            return False
+    except OSError:
+        return False
+    cache = RunCache(run_dir, sig)
+    steps = tables.steps.sort_values("step", kind="stable").reset_index(drop=True) if len(tables.steps) \
+        else tables.steps
+    # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
+    return all([cache.put("summary", tables.summary), cache.put("steps", steps)]) and cache.put("facts", tables.facts)
 
 
 @lru_cache(maxsize=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import click
 import pandas as pd
@@ -14,6 +15,7 @@ from rich.table import Table
 from syncviz import analysis as A
 from syncviz.analysis.partitioned import SummaryTables, summarize
 from syncviz.trace import Run, load_run, warn_problems
+from syncviz.views import runcache as RC
 
 
 def _f(x, fmt="{:.2f}", none="–"):
@@ -194,19 +196,23 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch):
         def progress(msg):
             if sys.stderr.isatty():
                 click.echo(f"syncviz summary: {msg}", err=True)
-        if dask_address is None:
-            print_summary(summarize(run, jobs=jobs, progress=progress, scratch=scratch))
-            return
-        from syncviz.analysis.cluster import ClusterError, dask_executor
         from syncviz.trace.read import read_meta
-        read_meta(run)              # a wrong path is one line before any cluster starts
-        try:
-            with dask_executor(dask_address, jobs) as (executor, where):
-                progress(f"on {where}")
-                tables = summarize(run, jobs=jobs, progress=progress, executor=executor, scratch=scratch)
-        except ClusterError as e:
-            raise click.UsageError(str(e)) from None
+        read_meta(run)              # a wrong path is one line (before any cluster starts)
+        sig = RC.signature(Path(run))
+        if dask_address is None:
+            tables = summarize(run, jobs=jobs, progress=progress, scratch=scratch)
+        else:
+            from syncviz.analysis.cluster import ClusterError, dask_executor
+            try:
+                with dask_executor(dask_address, jobs) as (executor, where):
+                    progress(f"on {where}")
+                    tables = summarize(run, jobs=jobs, progress=progress, executor=executor, scratch=scratch)
+            except ClusterError as e:
+                raise click.UsageError(str(e)) from None
         print_summary(tables)
+        # what the dashboard needs to open this run without reading it whole (views/runcache.py)
+        if RC.put_summary(run, tables, sig):
+            progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
 
 
 def _clean(o):

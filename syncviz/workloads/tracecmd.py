@@ -52,7 +52,8 @@ def trace_command(argv):
 def analyse_for_views(run_dir: Path, echo=None) -> dict:
     """The run's summary (analysis.run_summary), with every whole-run table the dashboard draws
     computed now and written to the run's disk cache. A run bigger than the dashboard opens whole
-    (store.default_max_run_bytes) is summarized in partitions instead, without a cache. Raises
+    (store.default_max_run_bytes) is summarized in partitions instead, and what that finds (the step
+    index, summary and step table: runcache.put_summary) is cached. Raises
     TraceError like the trace reader."""
     from syncviz.dashboard.data.loaded import LoadedRun
     from syncviz.dashboard.data.store import default_max_run_bytes
@@ -60,9 +61,11 @@ def analyse_for_views(run_dir: Path, echo=None) -> dict:
     run_dir = Path(run_dir)
     sig = RC.signature(run_dir)
     size = sum(n for name, n, _ in sig if name.startswith("rank-"))
-    if size > default_max_run_bytes():
+    if size > default_max_run_bytes():   # the dashboard opens it from what the partitioned summary keeps
         from syncviz.analysis.partitioned import summarize
-        return summarize(run_dir).summary
+        tables = summarize(run_dir)
+        RC.put_summary(run_dir, tables, sig)
+        return tables.summary
     say = echo or (lambda msg: click.echo(msg, err=True))
     t = time.perf_counter()
     run = LoadedRun(run_dir.name, run_dir, sig)
