@@ -147,7 +147,8 @@ class RunStore:
         size = sum(n for f, n, _ in sig if f.startswith("rank-"))
         if size <= self.max_run_bytes:
             return None
-        what = f"{name}: {size / 1e9:.1f} GB of events, more than this dashboard reads whole ({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb)"
+        what = (f"{name}: {size / 1e9:.1f} GB of events, more than this dashboard reads whole "
+                f"({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb)")
         if RC.RunCache(path, sig).get("facts") is None:
             raise TooBig(f"{what}; run `syncviz summary {path}` once (it summarizes the run in partitions and keeps "
                              f"what the Runs, Replay and Ratios pages need), or `syncviz export perfetto {path} --steps A:B`")

@@ -18,6 +18,7 @@ from syncviz.analysis.metrics import _ms, comm_metrics, step_metrics
 from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
 from syncviz.trace import read as R
 from syncviz.trace import schema as S
+from syncviz.trace import spans as SP
 from syncviz.analysis.columns import as_str
 
 SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
@@ -25,10 +26,18 @@ _EVENTS: dict[str, pd.DataFrame] = {}        # per worker process: the run's col
 _EVENTS_LOCK = threading.Lock()              # a Dask worker may run several partitions in threads
 
 
-def _read(run_dir: str, files: dict[int, Path]):
-    tables, problems, incomplete, errors = R.read_ranks(files)
+def _read(run_dir: str, files: dict[int, Path], index: dict | None = None):
+    tables, problems, incomplete, errors = R.read_ranks(files, index=index)
     ev = R.events_frame(pa.concat_tables(tables)) if tables else None
     return ev, tables, problems, incomplete, errors
+
+
+def span_table(index: dict) -> pd.DataFrame:
+    """read_ranks' spans.index of each file as one table (trace.spans.COLUMNS: one row per batch)."""
+    parts = [np.column_stack([np.full(len(rows), rank), rows, np.full(len(rows), prefix)])
+             for rank, found in index.items() if found is not None for prefix, rows in [found]]
+    data = np.concatenate(parts) if parts else np.zeros((0, len(SP.COLUMNS)), dtype=np.int64)
+    return pd.DataFrame(data.astype(np.int64), columns=SP.COLUMNS)
 
 
 def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict:
@@ -36,12 +45,13 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict
     how many of these ranks took part (queueing.EVENT_KEY). ``keep``: a scratch file to keep the
     partition's events in for pass 2 (a pickle of the frame reloads in a fraction of the time that
     reading and validating the rank files again takes)."""
-    ev, tables, problems, incomplete, errors = _read(run_dir, files)
+    index: dict = {}
+    ev, tables, problems, incomplete, errors = _read(run_dir, files, index)
     del tables
     if keep is not None and ev is not None:
         ev.to_pickle(keep)
     out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
-           "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None}
+           "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": span_table(index)}
     if ev is None:
         return out
     out["rows"] = len(ev)

@@ -57,6 +57,7 @@ class SummaryTables:
     offload: pd.DataFrame             # metrics.offload_table over headline steps
     incomplete_ranks: list[int] = field(default_factory=list)
     facts: dict = field(default_factory=dict)   # partials.combine_facts: the dashboard's step index of the run
+    spans: pd.DataFrame | None = None           # where each rank file's batches lie (trace.spans), for step reads
 
     @property
     def name(self) -> str:
@@ -114,7 +115,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
-        steps_parts, facts, events, rows = [], [], None, 0
+        steps_parts, facts, spans, events, rows = [], [], [], None, 0
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)])):
             problems += r["problems"]
             incomplete += r["incomplete"]
@@ -124,6 +125,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
             rows += r["rows"]
             steps_parts.append(r["steps"])
             facts.append(r["facts"])
+            spans.append(r["spans"])
             events = P.reduce_events([events, r["events"]])
             say(f"pass 1/2: {i + 1}/{len(parts)} partitions")
         if errors and not rows:
@@ -163,6 +165,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables = _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second,
                           world_size=_world(meta, max_rank))
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
+        tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         return tables
 
 

@@ -184,10 +184,14 @@ def _straggler(text: str | None) -> tuple[int, float]:
 @click.option("--out", type=click.Path(), help="Run directory [traces/sim-<name>-<strategy>-<N>].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing run directory's trace files.")
 @click.option("--workers", type=int, help="Writer processes [by size, up to the CPU count].")
+@click.option("--steps-per-batch", type=click.IntRange(1, 127), default=None,
+              help="Steps per Arrow record batch: 1 is what syncviz trace writes [1 up to 20,000 rank-steps, else up to "
+                   "127: fewer, bigger batches write faster, but a reader of one step then decodes its neighbours too].")
 @OPTIMIZER_STATE_OPTION
 def simulate_command(source_run, preset, model_name, params, layers, tokens, tflops, world_size, link_name,
                      link_gbps, link_latency_us, algo, strategy, compression, bucket_cap_mb, first_bucket_cap_mb,
-                     steps, jitter, straggler, seed, gpus_per_node, grad_ready, out, overwrite, workers, k_bytes):
+                     steps, jitter, straggler, seed, gpus_per_node, grad_ready, out, overwrite, workers, steps_per_batch,
+                     k_bytes):
     """Simulate a run and write it as an ordinary syncviz trace (every view works on it).
 
     The source is a recorded run (SOURCE_RUN: its measured gradient-ready times, compute phases
@@ -243,7 +247,8 @@ def simulate_command(source_run, preset, model_name, params, layers, tokens, tfl
                         gpus_per_node=gpus_per_node, contention=contention).validate()
         out = Path(out or f"traces/sim-{preset or profile.name}-{cfg.strategy}-{cfg.world_size}")
         _prepare_out(out, overwrite)
-        res = simulate(profile, cfg, out, grad_ready=grad_ready, workers=workers, extra=extra)
+        res = simulate(profile, cfg, out, grad_ready=grad_ready, workers=workers, steps_per_batch=steps_per_batch,
+                       extra=extra)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     _report(out, res, cfg, profile)

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncviz.trace import schema as S
+from syncviz.trace import spans as SP
 from syncviz.trace import validate as V
 
 # Arrow IPC end-of-stream marker: continuation token + zero length. Its absence means the writer
@@ -89,16 +90,18 @@ def read_meta(run_dir: str | os.PathLike) -> dict:
     return meta
 
 
-def _read_stream(path: Path, expected: pa.Schema, steps: tuple[int, int] | None = None
-                 ) -> tuple[list[pa.RecordBatch], str | None]:
+def _read_stream(path: Path, expected: pa.Schema, steps: tuple[int, int] | None = None, spans=None,
+                 index: dict | None = None) -> tuple[list[pa.RecordBatch], str | None]:
     """All complete batches of an IPC stream and a problem description (None when clean).
     ``steps`` (A, B): only rows of steps A <= step < B, read one batch at a time (memory bounded
-    by a batch, not the file; see _step_batches).
+    by a batch, not the file; see _step_batches); ``spans``: this file's (prefix, spans) from
+    spans.index, to read those batches alone. ``index``: a dict that gets ``index[path]`` = this
+    file's spans.index (None when it cannot be indexed), for a later step read.
 
     The file is read into memory first, never memory-mapped: a file truncated under a mapped
     reader (a second recording into the same directory) kills the process with SIGBUS."""
     if steps is not None:
-        return _step_batches(path, steps)
+        return _step_batches(path, steps, spans)
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -123,6 +126,8 @@ def _read_stream(path: Path, expected: pa.Schema, steps: tuple[int, int] | None 
             break
     if problem is None and data[-len(_EOS):] != _EOS:
         problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
+    if index is not None:
+        index[path] = SP.index(data, batches)
     return batches, problem
 
 
@@ -137,12 +142,13 @@ def _check_version(path: Path, reader) -> None:
         raise TraceError(f"{path}: trace schema {version} is not supported (reads {S.SCHEMA_VERSION})")
 
 
-def _step_batches(path: Path, steps: tuple[int, int]) -> tuple[list[pa.RecordBatch], str | None]:
+def _step_batches(path: Path, steps: tuple[int, int], spans=None) -> tuple[list[pa.RecordBatch], str | None]:
     """The rows of steps A <= step < B of one rank file, read batch by batch from the file (plain
     reads, no memory map: see _read_stream) and cut to those steps; batches of other steps are
     dropped as soon as they are read. A rank writes one batch per step in step order, so reading
     stops at the first batch past B once every batch so far came in order: a 2-step export of a
-    long run reads the start of each file only."""
+    long run reads the start of each file only. ``spans`` (spans.index of this file): only the
+    batches that hold those steps are read, each from its own bytes."""
     first, stop = steps
     out: list[pa.RecordBatch] = []
     try:
@@ -154,6 +160,15 @@ def _step_batches(path: Path, steps: tuple[int, int]) -> tuple[list[pa.RecordBat
         f.close()
         return [], "empty file (the rank wrote nothing)"
     with f:
+        if spans is not None:
+            try:
+                batches = SP.read_spans(path, spans[0], spans[1], steps)
+            except (OSError, pa.ArrowInvalid, pa.ArrowIOError, StopIteration) as e:
+                raise TraceError(f"{path}: changed since it was indexed ({_short(e)}); read it again") from None
+            out = [_cut(b, first, stop) for b in batches]
+            f.seek(size - len(_EOS))
+            closed = f.read(len(_EOS)) == _EOS
+            return out, None if closed else "not closed (rank stopped or still running)"
         try:
             reader = pa.ipc.open_stream(f)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
@@ -168,13 +183,8 @@ def _step_batches(path: Path, steps: tuple[int, int]) -> tuple[list[pa.RecordBat
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
                 return out, f"truncated or corrupt after {n} complete batches ({_short(e)})"
             n += 1
-            if "step" not in b.schema.names or not b.num_rows:
-                out.append(b)            # conform names what is wrong with it
-                continue
-            step = b.column("step")
-            if pa.types.is_dictionary(step.type):       # the simulator writes steps dictionary-encoded
-                step = step.dictionary_decode()
-            if not (pa.types.is_integer(step.type) or pa.types.is_floating(step.type)):
+            step = _steps_of(b)
+            if step is None:
                 out.append(b)            # conform names what is wrong with it
                 continue
             lo, hi = (v.as_py() for v in pc.min_max(step).values())
@@ -186,12 +196,32 @@ def _step_batches(path: Path, steps: tuple[int, int]) -> tuple[list[pa.RecordBat
                 f.seek(size - len(_EOS))
                 closed = f.read(len(_EOS)) == _EOS
                 return out, None if closed else "not closed (rank stopped or still running)"
-            keep = pc.fill_null(pc.and_(pc.greater_equal(step, first), pc.less(step, stop)), False)
             if hi >= first and lo < stop:
-                out.append(b.filter(keep))
+                out.append(b.filter(pc.fill_null(pc.and_(pc.greater_equal(step, first), pc.less(step, stop)), False)))
         f.seek(size - len(_EOS))
         closed = f.read(len(_EOS)) == _EOS
     return out, None if closed else f"not closed (rank stopped or still running) after {n} complete steps"
+
+
+def _steps_of(b: pa.RecordBatch):
+    """The batch's step column as plain integers; None when there is no usable one (kept whole:
+    conform names what is wrong with it)."""
+    if "step" not in b.schema.names or not b.num_rows:
+        return None
+    step = b.column("step")
+    if pa.types.is_dictionary(step.type):       # the simulator writes steps dictionary-encoded
+        step = step.dictionary_decode()
+    if not (pa.types.is_integer(step.type) or pa.types.is_floating(step.type)):
+        return None
+    return step
+
+
+def _cut(b: pa.RecordBatch, first: int, stop: int) -> pa.RecordBatch:
+    """A batch read by its span (one that holds some of steps [first, stop)), cut to them."""
+    step = _steps_of(b)
+    if step is None:
+        return b
+    return b.filter(pc.fill_null(pc.and_(pc.greater_equal(step, first), pc.less(step, stop)), False))
 
 
 def _short(e: Exception) -> str:
@@ -207,16 +237,17 @@ def rank_files(run_dir: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
-def load_events(run_dir: Path, ranks: Iterable[int] | None = None, steps: tuple[int, int] | None = None
-                ) -> tuple[pa.Table, list[str], list[int]]:
+def load_events(run_dir: Path, ranks: Iterable[int] | None = None, steps: tuple[int, int] | None = None,
+                spans: dict | None = None) -> tuple[pa.Table, list[str], list[int]]:
     """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks. A rank file
     that cannot be used is named in the problems and the other ranks are read; invalid and
-    duplicate rows are dropped and counted (validate.py). Raises TraceError when no rank is usable."""
+    duplicate rows are dropped and counted (validate.py). Raises TraceError when no rank is usable.
+    ``spans``: rank -> spans.index of its file, for a ``steps`` read of just those batches."""
     files = rank_files(run_dir)
     if ranks is not None:
         wanted = set(ranks)
         files = {r: p for r, p in files.items() if r in wanted}
-    tables, problems, incomplete, errors = read_ranks(files, steps)
+    tables, problems, incomplete, errors = read_ranks(files, steps, spans)
     if errors and not tables:
         more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
         raise TraceError(errors[0][1] + more)
@@ -232,14 +263,19 @@ def empty_events() -> pa.Table:
     return S.EVENT_SCHEMA.append(pa.field("rank", pa.int32())).empty_table()
 
 
-def read_ranks(files: dict[int, Path], steps: tuple[int, int] | None = None
-               ) -> tuple[list[pa.Table], list[str], list[int], list[tuple[int, str]]]:
+def read_ranks(files: dict[int, Path], steps: tuple[int, int] | None = None, spans: dict | None = None,
+               index: dict | None = None) -> tuple[list[pa.Table], list[str], list[int], list[tuple[int, str]]]:
     """load_events' work on some rank files: their tables (+ rank column), problems, incomplete
-    ranks and (rank, error) of the files that could not be used. ``steps``: see _read_stream."""
+    ranks and (rank, error) of the files that could not be used. ``steps``, ``spans`` (rank ->
+    spans.index of its file; ranks not in it are read from the start): see _read_stream.
+    ``index``: a dict that gets rank -> spans.index of each file read whole (None: not indexable)."""
     tables, problems, incomplete, errors = [], [], [], []
+    found: dict[Path, object] | None = {} if index is not None else None
     for rank, path in files.items():
         try:
-            batches, problem = _read_stream(path, S.EVENT_SCHEMA, steps)
+            batches, problem = _read_stream(path, S.EVENT_SCHEMA, steps, (spans or {}).get(rank), found)
+            if index is not None:
+                index[rank] = found.pop(path, None)
             if problem:
                 problems.append(f"rank {rank} incomplete: {path.name}: {problem}")
                 incomplete.append(rank)

@@ -76,6 +76,7 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     index), ``summary`` and ``steps`` (the step table in step order). These are the values the
     dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
     opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios.
+    Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone.
     ``sig``: the run's signature taken before summarizing; nothing is written when the files changed
     since, or while the run is recording. False when nothing was written."""
     run_dir = Path(run_dir)
@@ -87,8 +88,11 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     cache = RunCache(run_dir, sig)
     steps = tables.steps.sort_values("step", kind="stable").reset_index(drop=True) if len(tables.steps) \
         else tables.steps
+    kept = [cache.put("summary", tables.summary), cache.put("steps", steps)]
+    if tables.spans is not None:     # not needed to open the run: each step is then read from the start
+        cache.put("spans", tables.spans)
     # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
-    return all([cache.put("summary", tables.summary), cache.put("steps", steps)]) and cache.put("facts", tables.facts)
+    return all(kept) and cache.put("facts", tables.facts)
 
 
 @lru_cache(maxsize=1)
