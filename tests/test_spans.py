@@ -121,3 +121,58 @@ def test_a_file_changed_after_indexing_is_one_line(tmp_path):
     table, problems, incomplete = R.load_events(run, steps=(3, 4), spans=index)
     assert incomplete == [0] and any("changed since it was indexed" in p for p in problems)
     assert set(table.column("rank").to_pylist()) == {1}
+
+
+def _both_ways(run: Path, rng, monkeypatch, spans=None):
+    files = R.rank_files(run)
+    at_once = R.read_ranks(files, rng, spans)
+    with monkeypatch.context() as m:
+        m.setattr(R, "_read_ranks_at_once", lambda *a: None)
+        one_by_one = R.read_ranks(files, rng, spans)
+    return at_once, one_by_one
+
+
+def _same_read(a, b, what):
+    ta = pa.concat_tables(a[0]) if a[0] else None
+    tb = pa.concat_tables(b[0]) if b[0] else None
+    assert (ta is None) == (tb is None), what
+    if ta is not None:
+        assert ta.equals(tb), what
+    assert a[1:] == b[1:], what          # problems, incomplete ranks, errors: the same lines
+
+
+@pytest.mark.parametrize("src", ["tests/data/ddp-2rank", "tests/data/zero2", "tests/data/straggler",
+                                 "tests/data/truncated-rank", "traces/sim-gpt2-medium-128"])
+def test_ranks_validated_at_once_give_what_rank_by_rank_gives(src, monkeypatch):
+    run = Path(__file__).resolve().parents[1] / src
+    index = indexed(run)
+    steps = sorted(set(R.load_events(run)[0].column("step").to_pylist()))
+    for rng in [(s, s + 1) for s in steps] + [(steps[0], steps[-1] + 1), (10 ** 6, 10 ** 6 + 1)]:
+        for spans in (None, index):
+            _same_read(*_both_ways(run, rng, monkeypatch, spans), f"{src} {rng}")
+
+
+def test_every_damaged_run_reads_a_step_as_rank_by_rank(tmp_path, monkeypatch):
+    """The fuzz matrix (tests/fuzzcases.py): damaged rows, types, duplicate steps, truncations.
+    Where validation would change or name anything, the at-once read gives way to rank by rank."""
+    import shutil
+    from fuzzcases import STEPS, base_run, cases
+    base, sizes = base_run(tmp_path / "base")
+    n = 0
+    for name, damage in cases(sizes):
+        d = tmp_path / "runs" / name
+        shutil.copytree(base, d)
+        damage(d)
+        if not R.rank_files(d):
+            continue
+        for rng in [(k, k + 1) for k in range(STEPS)] + [(0, STEPS)]:
+            try:
+                got = _both_ways(d, rng, monkeypatch)
+            except Exception as e:            # then both ways must fail alike
+                with monkeypatch.context() as m, pytest.raises(type(e)):
+                    m.setattr(R, "_read_ranks_at_once", lambda *a: None)
+                    R.read_ranks(R.rank_files(d), rng)
+                continue
+            _same_read(*got, f"{name} {rng}")
+            n += 1
+    assert n > 200
