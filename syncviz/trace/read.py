@@ -165,7 +165,7 @@ def _step_batches(path: Path, steps: tuple[int, int], spans=None) -> tuple[list[
                 batches = SP.read_spans(path, spans[0], spans[1], steps)
             except (OSError, pa.ArrowInvalid, pa.ArrowIOError, StopIteration) as e:
                 raise TraceError(f"{path}: changed since it was indexed ({_short(e)}); read it again") from None
-            out = [_cut(b, first, stop) for b in batches]
+            out = [b if inside else _cut(b, first, stop) for inside, b in batches]
             f.seek(size - len(_EOS))
             closed = f.read(len(_EOS)) == _EOS
             return out, None if closed else "not closed (rank stopped or still running)"

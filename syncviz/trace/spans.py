@@ -81,17 +81,18 @@ def _decodes(data: bytes, prefix: int, start: int, end: int, batch: pa.RecordBat
     return got.equals(batch)
 
 
-def read_spans(path: Path, prefix: int, spans: np.ndarray, steps: tuple[int, int]) -> list[pa.RecordBatch]:
+def read_spans(path: Path, prefix: int, spans: np.ndarray, steps: tuple[int, int]
+               ) -> list[tuple[bool, pa.RecordBatch]]:
     """The batches of ``path`` whose steps meet [A, B), each read as prefix + span (raises OSError or
-    pa.ArrowInvalid like a stream read). Rows are not cut to the steps here: read._step_batches does
-    that for both ways of reading."""
+    pa.ArrowInvalid like a stream read), with whether all of its steps are in [A, B) (else
+    read._step_batches cuts it, as it cuts a batch read from the start)."""
     first, stop = steps
     pick = spans[(spans[:, 0] < stop) & (spans[:, 1] >= first)] if len(spans) else spans
     out = []
     with open(path, "rb") as f:
         head = f.read(prefix)
-        for _, _, start, end in pick.tolist():
+        for lo, hi, start, end in pick.tolist():
             f.seek(start)
             body = f.read(end - start)
-            out.append(pa.ipc.open_stream(pa.BufferReader(head + body)).read_next_batch())
+            out.append((first <= lo and hi < stop, pa.ipc.open_stream(pa.BufferReader(head + body)).read_next_batch()))
     return out
