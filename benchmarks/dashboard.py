@@ -171,7 +171,8 @@ return true;
 def warm_cache(run: Path) -> float:
     """Write the run's whole-run tables to its disk cache, as `syncviz trace` does when a run
     ends; CPU seconds it took (in this process)."""
-    from syncviz.dashboard.data.loaded import LoadedRun, signature
+    from syncviz.dashboard.data.loaded import LoadedRun
+    from syncviz.dashboard.data.store import signature
     drop_cache(run)
     cpu = time.process_time()
     LoadedRun(run.name, run, signature(run, run.parent.resolve())).warm()

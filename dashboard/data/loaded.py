@@ -23,7 +23,7 @@ from syncviz import trace as T
 from syncviz.trace import TraceError
 from syncviz.views import runcache as RC
 
-from syncviz.dashboard.data.stepindex import StepIndex
+from syncviz.dashboard.data.stepindex import StepIndex, spans_by_rank
 from syncviz.dashboard.data.stepview import Blocks, StepView
 
 log = logging.getLogger("syncviz.dashboard")
@@ -31,23 +31,6 @@ log = logging.getLogger("syncviz.dashboard")
 STEP_CACHE = 128          # per-step views kept per run (play loops stay in cache)
 BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts
 OPEN_DELAY_S = 0.8        # after the first draw, before its events are read (facts cached): see _open_in_background
-
-
-def inside_root(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root)
-        return True
-    except ValueError:
-        return False
-
-
-def signature(run_dir: Path, root: Path) -> tuple:
-    """(file name, size, mtime_ns) of every file the run is read from; refuses links out of root.
-    One scandir, and a resolve() only for symlinks: this runs on every callback (Live)."""
-    def check(entry):
-        if entry.is_symlink() and not inside_root(Path(entry.path), root):
-            raise TraceError(f"{run_dir.name}/{entry.name}: links outside the served directory; not read")
-    return RC.signature(run_dir, check)
 
 
 # Whole-run tables kept on disk beside the run (views/runcache.py): 4-5 s of CPU to compute at 1M events,
@@ -354,16 +337,7 @@ class LoadedRun:
     def _spans(self) -> dict | None:
         """rank -> where its file's batches lie (trace.spans), when `syncviz summary` kept them: a step
         is then read from its own bytes, not from the start of each stream."""
-        def build():
-            t = self.disk.get("spans")
-            if t is None or not len(t):
-                return None
-            rank = t["rank"].to_numpy()
-            rows = t[["lo", "hi", "start", "end"]].to_numpy(dtype=np.int64)
-            prefix = t["prefix"].to_numpy()
-            cut = np.flatnonzero(np.diff(rank)) + 1
-            return {int(rank[a]): (int(prefix[a]), rows[a:b]) for a, b in zip(np.r_[0, cut], np.r_[cut, len(t)])}
-        return self._cached("spans", build)
+        return self._cached("spans", lambda: spans_by_rank(self.disk.get("spans")))
 
     def prepare(self, step: int, keys: tuple[str, ...]) -> None:
         """Analyse ``step`` (the tables ``keys``) in a thread now, so that the draw request that

@@ -26,12 +26,29 @@ from syncviz.trace import TraceError
 
 from syncviz.views import runcache as RC
 
-from syncviz.dashboard.data.loaded import LoadedRun, inside_root, signature
+from syncviz.dashboard.data.loaded import LoadedRun
 
 log = logging.getLogger("syncviz.dashboard")
 
 LIST_TTL_S = 2.0          # how long a directory scan of the root is reused
 MAX_LOADED = 4            # runs kept in memory at once
+
+
+def inside_root(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def signature(run_dir: Path, root: Path) -> tuple:
+    """(file name, size, mtime_ns) of every file the run is read from; refuses links out of root.
+    One scandir, and a resolve() only for symlinks: this runs on every callback (Live)."""
+    def check(entry):
+        if entry.is_symlink() and not inside_root(Path(entry.path), root):
+            raise TraceError(f"{run_dir.name}/{entry.name}: links outside the served directory; not read")
+    return RC.signature(run_dir, check)
 
 
 def default_max_run_bytes() -> int:

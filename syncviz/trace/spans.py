@@ -85,7 +85,7 @@ def read_spans(path: Path, prefix: int, spans: np.ndarray, steps: tuple[int, int
                ) -> list[tuple[bool, pa.RecordBatch]]:
     """The batches of ``path`` whose steps meet [A, B), each read as prefix + span (raises OSError or
     pa.ArrowInvalid like a stream read), with whether all of its steps are in [A, B) (else
-    read._step_batches cuts it, as it cuts a batch read from the start)."""
+    streams._step_batches cuts it, as it cuts a batch read from the start)."""
     first, stop = steps
     pick = spans[(spans[:, 0] < stop) & (spans[:, 1] >= first)] if len(spans) else spans
     out = []
