@@ -104,6 +104,22 @@ def test_cli_steps(tmp_path):
     assert {e["args"]["step"] for e in json.loads(out.read_bytes())["traceEvents"] if e["ph"] == "X"} == {2, 3}
 
 
+def test_cli_steps_from_where_the_summary_found_them(tmp_path):
+    """After `syncviz summary` (which keeps where each step lies in the rank files), a step range is
+    read from those spans: the same bytes as reading each stream from its start."""
+    from syncviz.views.runcache import kept_spans
+    run = shutil.copytree(Path(__file__).resolve().parents[1] / "traces" / "sim-gpt2-medium-128", tmp_path / "sim",
+                          ignore=shutil.ignore_patterns(".syncviz-cache"))
+    plain, fast = tmp_path / "plain.json", tmp_path / "fast.json"
+    assert syncviz("export", "perfetto", str(run), "-o", str(plain), "--steps", "2:4").returncode == 0
+    assert kept_spans(run) is None
+    assert syncviz("summary", str(run)).returncode == 0
+    assert kept_spans(run) is not None and len(kept_spans(run)) == 128
+    r = syncviz("export", "perfetto", str(run), "-o", str(fast), "--steps", "2:4")
+    assert r.returncode == 0, r.stderr
+    assert fast.read_bytes() == plain.read_bytes()
+
+
 @pytest.mark.parametrize("spec, message", [
     ("x", "give A:B"), ("3", "give A:B"), ("3:1", "need 0 <= A < B"), ("-1:2", "need 0 <= A < B"),
     ("2:2", "need 0 <= A < B"), ("10:12", "no events of these steps"),

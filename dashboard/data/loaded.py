@@ -19,11 +19,12 @@ import pyarrow.compute as pc
 from syncviz import analysis as A
 from syncviz.analysis import distributed as D
 from syncviz.trace import schema as S
+from syncviz.trace import spans as SP
 from syncviz import trace as T
 from syncviz.trace import TraceError
 from syncviz.views import runcache as RC
 
-from syncviz.dashboard.data.stepindex import StepIndex, spans_by_rank
+from syncviz.dashboard.data.stepindex import StepIndex
 from syncviz.dashboard.data.stepview import Blocks, StepView
 
 log = logging.getLogger("syncviz.dashboard")
@@ -337,7 +338,7 @@ class LoadedRun:
     def _spans(self) -> dict | None:
         """rank -> where its file's batches lie (trace.spans), when `syncviz summary` kept them: a step
         is then read from its own bytes, not from the start of each stream."""
-        return self._cached("spans", lambda: spans_by_rank(self.disk.get("spans")))
+        return self._cached("spans", lambda: SP.by_rank(self.disk.get("spans")))
 
     def prepare(self, step: int, keys: tuple[str, ...]) -> None:
         """Analyse ``step`` (the tables ``keys``) in a thread now, so that the draw request that

@@ -1,6 +1,5 @@
 """Where each step's rows are in a run's Arrow table (LoadedRun reads a step by slicing it), the
-steps there are, how long each is and how many buckets the run has; and, for a run not read whole,
-where each step's batches are in its rank files (spans_by_rank)."""
+steps there are, how long each is and how many buckets the run has."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,14 +55,3 @@ class StepIndex:
         self.n_buckets = max(1, top + 1)   # bucket indices seen: one colour scale for every step
 
 
-
-def spans_by_rank(t: pd.DataFrame | None) -> dict | None:
-    """The cached table of where each rank file's batches lie (trace.spans.COLUMNS) as rank ->
-    (prefix, int64 rows [lo, hi, start, end]), what trace.load_events(spans=) takes."""
-    if t is None or not len(t):
-        return None
-    rank = t["rank"].to_numpy()
-    rows = t[["lo", "hi", "start", "end"]].to_numpy(dtype=np.int64)
-    prefix = t["prefix"].to_numpy()
-    cut = np.flatnonzero(np.diff(rank)) + 1
-    return {int(rank[a]): (int(prefix[a]), rows[a:b]) for a, b in zip(np.r_[0, cut], np.r_[cut, len(t)])}

@@ -232,10 +232,11 @@ class RunFiles:
 
 
 def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None,
-             steps: tuple[int, int] | None = None) -> RunFiles:
+             steps: tuple[int, int] | None = None, spans: dict | None = None) -> RunFiles:
     """Read run.json, every rank's complete steps and the layouts. Raises TraceError (one line)
     when nothing usable is there; damage that leaves steps readable goes to ``problems``.
-    ``steps`` (A, B): only the events of steps A <= step < B (read without loading the rest)."""
+    ``steps`` (A, B): only the events of steps A <= step < B (read without loading the rest;
+    ``spans``: where each file's batches lie, spans.by_rank)."""
     run_dir = Path(run_dir)
     meta = read_meta(run_dir)
     if not rank_files(run_dir):
@@ -244,7 +245,7 @@ def open_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None,
     mproblems = V.check_meta(meta, on_disk)
     mproblems += [f"{p.name}: rank number out of range; ignored" for p in run_dir.glob("rank-*.arrow")
                   if _RANK_RE.match(p.name) and int(_RANK_RE.match(p.name).group(1)) >= V.MAX_WORLD][:3]
-    table, problems, incomplete = load_events(run_dir, ranks, steps)
+    table, problems, incomplete = load_events(run_dir, ranks, steps, spans)
     layouts, lproblems = load_layouts(run_dir)
     world = meta["world_size"]          # validated: 1..MAX_WORLD and >= the highest rank file
     if ranks is None and len(on_disk) < world:
@@ -277,10 +278,10 @@ def events_frame(table: pa.Table) -> pd.DataFrame:
 
 
 def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None,
-             steps: tuple[int, int] | None = None) -> Run:
+             steps: tuple[int, int] | None = None, spans: dict | None = None) -> Run:
     """Read a whole run (``steps`` (A, B): its steps A <= step < B only). Raises TraceError (one
     line) when nothing usable is there."""
-    f = open_run(run_dir, ranks, steps)
+    f = open_run(run_dir, ranks, steps, spans)
     return Run(path=f.path, meta=f.meta, events=events_frame(f.table), layouts=f.layouts,
                problems=f.problems, incomplete_ranks=f.incomplete_ranks)
 

@@ -96,3 +96,15 @@ def read_spans(path: Path, prefix: int, spans: np.ndarray, steps: tuple[int, int
             body = f.read(end - start)
             out.append((first <= lo and hi < stop, pa.ipc.open_stream(pa.BufferReader(head + body)).read_next_batch()))
     return out
+
+
+def by_rank(t) -> dict | None:
+    """The cached table (COLUMNS, one row per batch, ranks in order) as rank -> (prefix, int64 rows
+    [lo, hi, start, end]): what load_events(spans=) takes. None for no table."""
+    if t is None or not len(t):
+        return None
+    rank = t["rank"].to_numpy()
+    rows = t[["lo", "hi", "start", "end"]].to_numpy(dtype=np.int64)
+    prefix = t["prefix"].to_numpy()
+    cut = np.flatnonzero(np.diff(rank)) + 1
+    return {int(rank[a]): (int(prefix[a]), rows[a:b]) for a, b in zip(np.r_[0, cut], np.r_[cut, len(t)])}

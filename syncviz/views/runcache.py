@@ -37,6 +37,7 @@ import pandas as pd
 
 from syncviz import __version__
 from syncviz.trace import schema as S
+from syncviz.trace import spans as SP
 
 log = logging.getLogger("syncviz.runcache")
 
@@ -93,6 +94,15 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("spans", tables.spans)
     # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
     return all(kept) and cache.put("facts", tables.facts)
+
+
+def kept_spans(run_dir: str | os.PathLike) -> dict | None:
+    """Where each rank file's batches lie (trace.spans.by_rank), when `syncviz summary` kept that
+    for exactly these files; else None (a step range is then read from the start of each file)."""
+    try:
+        return SP.by_rank(RunCache(run_dir, signature(Path(run_dir))).get("spans"))
+    except OSError:
+        return None
 
 
 @lru_cache(maxsize=1)

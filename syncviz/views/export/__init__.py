@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from syncviz.trace import TraceError, find_runs, load_run, warn_problems
+from syncviz.views.runcache import kept_spans
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -106,7 +107,8 @@ def perfetto_command(run, output, steps_spec):
             raise click.UsageError(f"{run} holds {len(runs)} runs; name one of them (e.g. {runs[0]})")
         # one step before the range as well: a collective queued behind the previous step's keeps
         # the whole run's numbers (the export shows steps A..B-1 only)
-        r = load_run(runs[0], steps=(max(steps[0] - 1, 0), steps[1]))
+        # spans: where each step lies in the rank files, when `syncviz summary` kept it (a big run)
+        r = load_run(runs[0], steps=(max(steps[0] - 1, 0), steps[1]), spans=kept_spans(runs[0]))
         warn_problems(r)
         have = r.events["step"].to_numpy()
         if not ((have >= steps[0]) & (have < steps[1])).any():
