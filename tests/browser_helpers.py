@@ -43,10 +43,10 @@ def start_chromium(width: int = 1400, height: int = 1000):
 
 
 @contextlib.contextmanager
-def dash_server(root: Path):
-    """The real `syncviz dash ROOT` on a free port; yields its base URL once it answers."""
+def dash_server(root: Path, *args: str):
+    """The real `syncviz dash ROOT [ARGS]` on a free port; yields its base URL once it answers."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + WAIT_S

@@ -232,3 +232,39 @@ def test_replay_no_bar_hides_another(server, browser):
     ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(yy - h / 2)).perform()
     hover = wait_for(lambda: text(browser, "#replay-timeline .hoverlayer"), "hover label", timeout=10)
     assert "all_gather" in hover and "start 25.000 ms · end 30.000 ms · duration 5.000 ms" in hover, hover
+
+
+def test_run_too_big_to_read_whole(tmp_path_factory, browser):
+    """A run over --max-run-gb, after `syncviz summary`: the Replay reads each step alone (the
+    last step from where its batches lie), the whole-run pages say in one line why they cannot
+    draw it, and Ratios draws its steps from what the summary kept."""
+    import subprocess
+    import sys
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from syncviz.dashboard.data.synth import write_synth_run
+    root = tmp_path_factory.mktemp("dashbig") / "runs"
+    big = write_synth_run(root / "big", world=32, steps=40, n_buckets=8, straggler=5, straggle_ms=4)
+    assert sum(p.stat().st_size for p in big.glob("rank-*.arrow")) > 1.2e6       # over --max-run-gb 0.001
+    r = subprocess.run([sys.executable, "-m", "syncviz", "summary", str(big)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with dash_server(root, "--max-run-gb", "0.001") as base:
+        browser.get(f"{base}/replay?run=big")
+        wait_for(lambda: shown_step(browser) == 1, "big: step 1 drawn", driver=browser)
+        assert any("fastest step" in t for t in graph(browser, "replay-timeline")["ticks"])
+        thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+        thumb.send_keys(Keys.END)
+        wait_for(lambda: shown_step(browser) == 39, "big: the last step drawn", driver=browser)
+        assert graph(browser, "replay-timeline")["meta"]["source"] == "step analysed alone"
+        heat = wait_for(lambda: graph(browser, "replay-lateness"), "big: lateness heatmap")
+        assert heat["traces"][0][2] == 32
+        browser.save_screenshot(str(SHOTS / "replay-big-run.png"))
+        browser.get(f"{base}/buckets?run=big")
+        wait_for(lambda: "needs every event" in text(browser, "#buckets-error .error-card"), "big: buckets says why")
+        browser.get(f"{base}/ratios?run=big")
+        wait_for(lambda: (graph(browser, "ratios-steps") or {}).get("traces"), "big: ratios over steps drawn")
+        note = browser.execute_script("var g = document.querySelector('#ratios-skew .js-plotly-plot');"
+                                      "return JSON.stringify(g.layout.annotations || []);")
+        assert "needs every event" in note
+        browser.save_screenshot(str(SHOTS / "ratios-big-run.png"))
+        assert not js_errors(browser)
