@@ -196,7 +196,6 @@ class LoadedRun:
         with self._lock:
             if self._analyse_asked or self.partial:    # partial: every step is read alone
                 return
-                return
             self._analyse_asked = True
         self._open_in_background()
         t0 = time.monotonic()

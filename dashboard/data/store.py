@@ -168,7 +168,7 @@ class RunStore:
                 f"({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb)")
         if RC.RunCache(path, sig).get("facts") is None:
             raise TooBig(f"{what}; run `syncviz summary {path}` once (it summarizes the run in partitions and keeps "
-                             f"what the Runs, Replay and Ratios pages need), or `syncviz export perfetto {path} --steps A:B`")
+                         f"what the Runs, Replay and Ratios pages need), or `syncviz export perfetto {path} --steps A:B`")
         return (f"{what}: this page needs every event. The Runs, Replay (one step at a time) and Ratios pages work "
                 f"on it; `syncviz summary` reports it whole")
 
