@@ -35,25 +35,17 @@ def bucket_map_figure(bmap: pd.DataFrame, unit: str = "bucket") -> dict:
     by the unit gathered and reduce-scattered together): named so, without DDP's wording."""
     if not len(bmap):
         return empty_figure("no bucket layout recorded for this run")
-    if unit != "bucket":
-        fig = bucket_map_figure(bmap)
-        for trace in fig["data"]:
-            trace["hovertemplate"] = (f"{unit} %{{x}}: <b>%{{customdata[0]}}</b><br>%{{customdata[1]:,}} × %{{customdata[2]}}"
-                                      f" = %{{customdata[5]:.2f}} MB, at %{{customdata[6]:.2f}} MB of the {unit}<extra></extra>")
-        fig["layout"]["title"] = _title(f"Parameters per {unit}: gathered and reduce-scattered together (MB = 10⁶ bytes)")
-        for key, axis in fig["layout"].items():
-            if key.startswith("xaxis"):
-                axis["title"] = {"text": unit}
-        for note in fig["layout"]["annotations"]:
-            note["text"] = note["text"].split(" (")[0]
-        return fig
+    ddp = unit == "bucket"
     versions = sorted(bmap["layout"].unique())
     data = []
-    names = {0: "layout 0 (initial)", 1: "layout 1 (after DDP's rebuild)"}
-    if 1 in versions and bmap.loc[bmap["layout"] == 0, "bucket"].nunique() == 1:
+    names = {0: "layout 0 (initial)", 1: "layout 1 (after DDP's rebuild)"} if ddp else {}
+    if ddp and 1 in versions and bmap.loc[bmap["layout"] == 0, "bucket"].nunique() == 1:
         # DDP's own choice, not a recording gap: without find_unused_parameters (or with static_graph)
         # torch puts every parameter in one bucket until the rebuild after the first backward
         names[0] = "layout 0 (initial: DDP holds every parameter in one bucket until its rebuild)"
+    hover = (f"{unit} %{{x}}: <b>%{{customdata[0]}}</b><br>%{{customdata[1]:,}} × %{{customdata[2]}}"
+             f" = %{{customdata[5]:.2f}} MB, at %{{customdata[6]:.2f}} MB of the {unit}"
+             + ("<br>param index %{customdata[3]} · moved by rebuild: %{customdata[4]}" if ddp else "") + "<extra></extra>")
     for i, v in enumerate(versions):
         f = bmap[bmap["layout"] == v]
         moved = f["moved"].to_numpy()
@@ -67,18 +59,18 @@ def bucket_map_figure(bmap: pd.DataFrame, unit: str = "bucket") -> dict:
                      "customdata": np.c_[f["param"].to_numpy(), f["numel"].to_numpy(), f["dtype"].to_numpy(),
                                          f["param_index"].to_numpy(), moved, f["bytes"].to_numpy() / P.MB,
                                          f["start_byte"].to_numpy() / P.MB].tolist(),
-                     "hovertemplate": "bucket %{x}: <b>%{customdata[0]}</b><br>%{customdata[1]:,} × %{customdata[2]}"
-                                      " = %{customdata[5]:.2f} MB, at %{customdata[6]:.2f} MB of the bucket<br>"
-                                      "param index %{customdata[3]} · moved by rebuild: %{customdata[4]}<extra></extra>"})
+                     "hovertemplate": hover})
     n = len(versions)
-    layout = {"title": _title("Bucket map: parameters per bucket (MB = 10⁶ bytes), orange = moved by DDP's rebuild"),
+    title = ("Bucket map: parameters per bucket (MB = 10⁶ bytes), orange = moved by DDP's rebuild" if ddp else
+             f"Parameters per {unit}: gathered and reduce-scattered together (MB = 10⁶ bytes)")
+    layout = {"title": _title(title),
               "barmode": "overlay", "height": 420, "margin": MARGIN, "yaxis": {"title": {"text": "MB"}},
               "annotations": []}
     gap = 0.06
     w = (1 - gap * (n - 1)) / n
     for i, v in enumerate(versions):
         key = "xaxis" if i == 0 else f"xaxis{i + 1}"
-        layout[key] = {"domain": [i * (w + gap), i * (w + gap) + w], "title": {"text": "bucket"}}
+        layout[key] = {"domain": [i * (w + gap), i * (w + gap) + w], "title": {"text": unit}}
         if bmap["bucket"].max() < 40:
             layout[key]["dtick"] = 1
         if i:
