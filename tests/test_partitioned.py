@@ -5,6 +5,7 @@ partitioned one rank per partition so every cross-rank combination is exercised.
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from syncviz.analysis.partitioned import partitions, summarize
 from syncviz.cli import cli
 from syncviz.trace import TraceError, load_run
 from syncviz.trace import read as R
+from syncviz.views.compare import run_comparison
 from syncviz.views.summary import print_summary, whole_run_tables
 
 DATA = Path(__file__).parent / "data"
@@ -59,7 +61,7 @@ def _compare(run_dir: Path, jobs: int = 1):
             summarize(run_dir, jobs=jobs, target_events=1)
         assert str(got.value) == str(e)
         return None, None
-    new = summarize(run_dir, jobs=jobs, target_events=1)       # one rank per partition
+    new = summarize(run_dir, jobs=jobs, target_events=1, compare=True)       # one rank per partition
     diffs = _same(new.summary, old.summary)
     assert not diffs, f"{len(diffs)} numbers differ, e.g. {diffs[:5]}"
     _frame(new.steps, old.steps, "step_metrics")
@@ -70,6 +72,10 @@ def _compare(run_dir: Path, jobs: int = 1):
         _frame(new.offload, old.offload, "offload_table")
     assert new.problems == old.problems and new.incomplete_ranks == old.incomplete_ranks
     assert _text(new) == _text(old)
+    # what `syncviz compare` shows, from the same partitions (analysis.comparison)
+    whole = load_run(run_dir)
+    diffs = _same(run_comparison(new), run_comparison(whole))
+    assert not diffs, f"compare: {len(diffs)} numbers differ, e.g. {diffs[:5]}"
     return old, new
 
 
@@ -126,3 +132,37 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
     a = CliRunner().invoke(cli, ["summary", str(run)])
     b = CliRunner().invoke(cli, ["summary", "--whole", str(run)])
     assert a.exit_code == 0 and b.exit_code == 0 and a.output == b.output and "Verdict" in a.output
+
+
+@pytest.mark.parametrize("compression", ["fp16", "powersgd"])
+def test_compare_of_a_compressed_run_same_numbers(tmp_path, compression):
+    """A compression hook: logical bytes above wire bytes, so compare also shows the collectives'
+    own busy time (step_metrics of the non-bucket rows, one table per partition)."""
+    run = _simulate(tmp_path, compression, "--model", "gpt2-medium", "--world-size", "3", "--steps", "4",
+                    "--compression", compression)
+    _, new = _compare(run)
+    c = run_comparison(new)
+    assert c["compression_ratio"] > 1.01 and c["collectives_busy_ms"] is not None   # 0 here: the simulator
+    # writes no collective rows inside its bucket hooks
+
+
+def test_compare_steady_steps_of_deepspeed_zero3_same_numbers(tmp_path):
+    """DeepSpeed ZeRO-3's steady steps start at step 2: the partitions get the run's, not their own."""
+    run = _simulate(tmp_path, "dsz3", "--model", "gpt2-medium", "--world-size", "3", "--steps", "5",
+                    "--strategy", "zero3")
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "strategy": "ds-zero3"}))
+    _, new = _compare(run)
+    assert run_comparison(new)["steady_steps"] == [2, 3, 4]
+
+
+def test_compare_command_default_and_whole_print_the_same(tmp_path):
+    _simulate(tmp_path, "a", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
+    _simulate(tmp_path, "b", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3", "--strategy", "zero2")
+    for extra in ([], ["--json"]):
+        a = CliRunner().invoke(cli, ["compare", str(tmp_path), *extra])
+        b = CliRunner().invoke(cli, ["compare", "--whole", str(tmp_path), *extra])
+        assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+        assert a.output == b.output and "zero2" in a.output and "ddp" in a.output
+    only = CliRunner().invoke(cli, ["compare", str(tmp_path), "--strategies", "zero2", "--json", "--jobs", "2"])
+    assert only.exit_code == 0 and [c["strategy"] for c in json.loads(only.output)] == ["zero2"]

@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 
 from syncviz.analysis.headline import exposed_by_identity, top_exposed_rows
+from syncviz.analysis import comparison as CM
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.intervals import comm_rows, wire_mask
@@ -127,10 +128,11 @@ def _events(path: str) -> pd.DataFrame:
 
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
-          kept: str | None = None) -> dict:
+          kept: str | None = None, steady: list[int] | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
     to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
-    copy of the partition's events."""
+    copy of the partition's events; ``steady``: the run's steady steps, to measure what compare
+    shows too (analysis.comparison.partial)."""
     if kept is not None and Path(kept).exists():
         ev = pd.read_pickle(kept)
         Path(kept).unlink()
@@ -140,9 +142,11 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
-           "strag_steps": set(), "strag": None}
+           "strag_steps": set(), "strag": None, "compare": None}
     if ev is None or not len(ev):
         return out
+    if steady is not None:
+        out["compare"] = CM.partial(ev, steady)
     joined = events["last"].astype(float)
     comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
     tag = f"{part}"

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis.headline import headline, verdict
+from syncviz.analysis import comparison as CM
 from syncviz.analysis import partials as P
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
@@ -58,6 +59,7 @@ class SummaryTables:
     incomplete_ranks: list[int] = field(default_factory=list)
     facts: dict = field(default_factory=dict)   # partials.combine_facts: the dashboard's step index of the run
     spans: pd.DataFrame | None = None           # where each rank file's batches lie (trace.spans), for step reads
+    comparison: dict | None = None              # analysis.comparison's measured numbers (summarize(compare=True))
 
     @property
     def name(self) -> str:
@@ -83,12 +85,13 @@ def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) ->
 
 
 def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
-              executor=None, scratch: str | None = None) -> SummaryTables:
+              executor=None, scratch: str | None = None, compare: bool = False) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
     process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
     Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
-    scratch files go (workers must reach it; default: the system temp dir). Raises TraceError
-    like read.open_run."""
+    scratch files go (workers must reach it; default: the system temp dir); ``compare``: also
+    measure what ``syncviz compare`` shows (SummaryTables.comparison). Raises TraceError like
+    read.open_run."""
     run_dir = Path(run_dir)
     meta = R.read_meta(run_dir)
     files = R.rank_files(run_dir)
@@ -101,16 +104,19 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(parts)))
     say = progress or (lambda msg: None)
     if executor is not None:
-        return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch, own=False)
+        return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch,
+                          own=False, compare=compare)
     pool = _pool(jobs)
     try:
-        return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch)
+        return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch,
+                          compare=compare)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 
-def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True) -> SummaryTables:
+def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True,
+               compare=False) -> SummaryTables:
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
@@ -152,9 +158,13 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         events.to_pickle(events_path)
         h = headline_steps(steps) if len(steps) else steps
         hsteps = sorted(int(s) for s in h["step"].unique()) if len(h) else []
+        steady = None
+        if compare:
+            found = [f["steps"] for f in facts if f is not None]
+            steady = CM.steady_steps(meta, np.unique(np.concatenate(found)) if found else [])
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
         second, skew = [], None
-        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
+        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i], steady)
                                                    for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
@@ -166,6 +176,8 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                           world_size=_world(meta, max_rank))
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
+        if compare:
+            tables.comparison = CM.combine([r["compare"] for r in second if r["compare"] is not None], steady)
         return tables
 
 

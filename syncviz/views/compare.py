@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from syncviz import analysis as A
-from syncviz.trace import schema as S
 from syncviz.model import theory as T
+from syncviz.analysis import comparison as CM
+from syncviz.analysis.partitioned import SummaryTables, summarize
 from syncviz.trace import Run, TraceError, find_runs, load_run, warn_problems
+from syncviz.trace.read import read_meta
 
 MATCH_TOLERANCE = 0.005      # measured vs expected bytes: relative difference still called "equal"
 SLOW_RATIO = 0.75            # RS or AG over an all_reduce of the same bytes: textbook ~0.5 (ring)
@@ -26,8 +29,11 @@ SLOW_RATIO = 0.75            # RS or AG over an all_reduce of the same bytes: te
 
 # ------------------------------------------------------------------------------- loading
 
-def load_runs(paths, strategies: tuple[str, ...] = ()) -> list[Run]:
-    """Runs at or below ``paths`` (optionally only those of ``strategies``), all of one model."""
+def load_runs(paths, strategies: tuple[str, ...] = (), whole: bool = False, jobs: int | None = None,
+              progress=None) -> list[Run | SummaryTables]:
+    """Runs at or below ``paths`` (optionally only those of ``strategies``), all of one model: each
+    measured by partitions of ranks (analysis.partitioned, memory bounded by one partition), or
+    loaded whole (``whole``: the reference, same numbers)."""
     for s in strategies:
         if s not in T.ALL_STRATEGIES:
             raise click.BadParameter(f"unknown strategy {s!r}; choose from {', '.join(T.ALL_STRATEGIES)}",
@@ -38,13 +44,17 @@ def load_runs(paths, strategies: tuple[str, ...] = ()) -> list[Run]:
         if not found:
             raise TraceError(f"{p}: no syncviz run here (no run.json below it)")
         dirs.extend(d for d in found if d not in dirs)
-    runs = [load_run(d) for d in dirs]
+    if strategies:     # run.json alone says the strategy: other runs are not read at all
+        dirs = [d for d in dirs if read_meta(d).get("strategy") in strategies]
+    runs = []
+    for i, d in enumerate(dirs):
+        if progress:
+            progress(f"run {i + 1}/{len(dirs)}: {d}")
+        runs.append(load_run(d) if whole else summarize(d, jobs=jobs, compare=True))
     for r in runs:
         warn_problems(r)
-    if strategies:
-        runs = [r for r in runs if r.meta.get("strategy") in strategies]
-        if not runs:
-            raise TraceError(f"no run of strategy {', '.join(strategies)} under {', '.join(map(str, paths))}")
+    if strategies and not runs:
+        raise TraceError(f"no run of strategy {', '.join(strategies)} under {', '.join(map(str, paths))}")
     check_same_model(runs)
     return runs
 
@@ -74,27 +84,18 @@ def check_same_model(runs: list[Run]) -> None:
 # ------------------------------------------------------------------------------ the numbers
 
 def steady_steps(run: Run) -> list[int]:
-    """Steps whose traffic is the strategy's steady state: headline steps (not step 0), and for
-    PowerSGD only those after its plain all-reduce warm-up."""
-    steps = sorted(int(s) for s in run.events["step"].unique() if s >= 0)
-    head = steps[1:] if len(steps) > 1 else steps
-    if run.meta.get("strategy") in ("ds-zero3", "ds-infinity") and len(steps) > 2:
-        head = steps[2:]      # DeepSpeed's ZeRO-3 records and checks its module trace in steps 0-1
-    start = ((run.meta.get("strategy_config") or {}).get("powersgd") or {}).get("start_powerSGD_iter")
-    if start is not None:
-        later = [s for s in head if s >= start]
-        return later or head
-    return head
+    """Steps whose traffic is the strategy's steady state (analysis.comparison.steady_steps)."""
+    return CM.steady_steps(run.meta, run.events["step"].unique())
 
 
-def expected_bytes(run: Run, strategy: str) -> tuple[dict, dict]:
-    """(torch-expected, textbook) bytes per step by op for one rank of ``run``; {} where unknown."""
+def expected_bytes(meta: dict, n: int, strategy: str) -> tuple[dict, dict]:
+    """(torch-expected, textbook) bytes per step by op for one rank of a run of ``n`` ranks (its
+    run.json ``meta``); {} where unknown."""
     if strategy not in T.ALL_STRATEGIES:
         return {}, {}
-    config = run.meta.get("strategy_config") or {}
-    model = run.meta.get("model") or {}
+    config = meta.get("strategy_config") or {}
+    model = meta.get("model") or {}
     shapes = config.get("param_shapes")
-    n = run.world_size
     expected = {}
     if shapes:
         psgd = config.get("powersgd") or {}
@@ -108,49 +109,49 @@ def expected_bytes(run: Run, strategy: str) -> tuple[dict, dict]:
     return expected, T.textbook_comm_per_step(strategy, grad, param)
 
 
-def run_comparison(run: Run, steps=None) -> dict:
-    """Everything compare shows for one run (JSON-ready). ``steps``: step_metrics of the whole run
-    when the caller has it (a step's metrics depend only on its rows: the steady steps' rows of it
-    are step_metrics of the steady steps)."""
-    strategy = run.meta.get("strategy", "?")
-    steady = steady_steps(run)
-    ev = run.events[run.events["step"].isin(steady)]
-    steps = A.step_metrics(ev) if steps is None else steps[steps["step"].isin(steady)]
-    head = A.headline(steps)     # the same aggregate as run_summary's headline (means over rank-steps)
-    measured = A.op_bytes_per_step(run, steps=steady)
-    expected, textbook = expected_bytes(run, strategy)
+def run_comparison(run: Run | SummaryTables, steps=None) -> dict:
+    """Everything compare shows for one run (JSON-ready): a loaded run, or the tables of
+    ``analysis.partitioned.summarize(..., compare=True)`` (a run of any size, same numbers).
+    ``steps``: step_metrics of the whole loaded run when the caller has it."""
+    if isinstance(run, SummaryTables):
+        measured, world = run.comparison, run.summary["world_size"]
+    else:
+        measured, world = CM.measure(run.events, run.meta, steps), run.world_size
+    meta = run.meta
+    strategy = meta.get("strategy", "?")
+    nums = CM.numbers(measured)
+    head = nums["head"]          # the same aggregate as run_summary's headline (means over rank-steps)
+    measured_ops = measured["op_bytes"]
+    expected, textbook = expected_bytes(meta, world, strategy)
     ops = []
-    for op in sorted(set(measured["op"]) | set(expected) | set(textbook)):
-        row = measured[measured["op"] == op]
+    for op in sorted(set(measured_ops["op"]) | set(expected) | set(textbook)):
+        row = measured_ops[measured_ops["op"] == op]
         m = float(row["bytes_per_step"].iloc[0]) if len(row) else 0.0
         e = expected.get(op)
         ops.append({"op": op, "calls_per_step": float(row["count_per_step"].iloc[0]) if len(row) else 0.0,
-                    "measured_bytes": m, "bus_bytes": m * A.busbw_factor(op, run.world_size),
+                    "measured_bytes": m, "bus_bytes": m * A.busbw_factor(op, world),
                     "expected_bytes": e, "textbook_bytes": textbook.get(op),
                     "matches": None if e is None else abs(m - e) <= MATCH_TOLERANCE * max(e, 1)})
-    buckets = ev[ev["kind"] == S.BUCKET]
-    ratio = (float(buckets["logical_bytes"].sum() / buckets["bytes"].sum())
-             if len(buckets) and buckets["bytes"].sum() else None)
-    out = {"name": run.name, "path": str(run.path), "strategy": strategy, "world_size": run.world_size,
-           "backend": run.meta.get("backend"), "steady_steps": steady,
+    ratio = nums["ratio"]
+    out = {"name": run.name, "path": str(run.path), "strategy": strategy, "world_size": world,
+           "backend": meta.get("backend"), "steady_steps": measured["steady"],
            "step_ms": head["step_ms"], "comm_busy_ms": head["comm_busy_ms"],
            "exposed_ms": head["exposed_ms"], "compute_ms": head["compute_ms"],
            "overlap_pct": head["overlap_pct"], "exposed_pct": head["exposed_pct"], "aggregate": head["aggregate"],
            "bytes_per_step": sum(o["measured_bytes"] for o in ops),
            "bus_bytes_per_step": sum(o["bus_bytes"] for o in ops), "compression_ratio": ratio,
-           "ops": ops, "memory": memory(run, strategy), "backend_probe": run.meta.get("backend_probe"),
-           "blocking_collectives": bool(A.blocking_rows(ev).shape[0]), "model": run.meta.get("model")}
-    if ratio is not None and ratio > 1.01:
+           "ops": ops, "memory": memory(meta, world, strategy), "backend_probe": meta.get("backend_probe"),
+           "blocking_collectives": measured["blocking"], "model": meta.get("model")}
+    if nums["collectives_busy_ms"] is not None:
         # a compression hook computes inside its bucket interval: the all-reduces alone, for contrast
-        coll = A.step_metrics(ev[ev["kind"] != S.BUCKET])
-        out["collectives_busy_ms"] = A.headline(coll)["comm_busy_ms"]
-    out["notes"] = notes(out, run)
+        out["collectives_busy_ms"] = nums["collectives_busy_ms"]
+    out["notes"] = notes(out, meta)
     return out
 
 
-def memory(run: Run, strategy: str) -> dict:
+def memory(meta: dict, world: int, strategy: str) -> dict:
     """Measured bytes per rank (largest rank) next to torch-expected and textbook."""
-    mem = run.meta.get("memory") or []
+    mem = meta.get("memory") or []
     predicted = {}
     if isinstance(mem, dict):
         if mem and all(isinstance(v, dict) for v in mem.values()):   # keyed by rank
@@ -162,23 +163,23 @@ def memory(run: Run, strategy: str) -> dict:
     keys = ("params_bytes", "grads_bytes", "optimizer_bytes", "params_after_forward_bytes",
             "comm_state_bytes", "peak_allocated_bytes")
     measured = {k: max((m[k] for m in ranks if m.get(k) is not None), default=None) for k in keys}
-    shapes = (run.meta.get("strategy_config") or {}).get("param_shapes")
+    shapes = (meta.get("strategy_config") or {}).get("param_shapes")
     expected, textbook = {}, {}
     if strategy in T.ALL_STRATEGIES:
         if shapes:
-            sc = run.meta.get("strategy_config") or {}
+            sc = meta.get("strategy_config") or {}
             ds = {k: sc[k] for k in ("group_numels", "param_order") if sc.get(k)}   # DeepSpeed runs
-            per_rank = [T.memory_per_rank(strategy, shapes, run.world_size, r, **ds) for r in range(run.world_size)]
+            per_rank = [T.memory_per_rank(strategy, shapes, world, r, **ds) for r in range(world)]
             expected = {k: max(p[k] for p in per_rank) for k in per_rank[0]}
-        params = (run.meta.get("model") or {}).get("params")
+        params = (meta.get("model") or {}).get("params")
         if params:
-            textbook = T.textbook_memory(strategy, params, run.world_size)
+            textbook = T.textbook_memory(strategy, params, world)
     if predicted and not expected:
         expected = predicted
     return {"measured": measured, "expected": expected, "textbook": textbook, "per_rank": ranks}
 
 
-def notes(c: dict, run: Run) -> list[str]:
+def notes(c: dict, meta: dict) -> list[str]:
     """Where torch's implementation of this run's strategy departs from the textbook (measured)."""
     out = []
     s, ops = c["strategy"], {o["op"]: o for o in c["ops"]}
@@ -195,7 +196,7 @@ def notes(c: dict, run: Run) -> list[str]:
                        f"({mb(mem['params_bytes'])} per rank; textbook ZeRO-2 keeps full replicas) and keeps "
                        f"them gathered from forward to backward: {mb(mem['params_after_forward_bytes'])} held "
                        "at the end of forward.")
-        shapes = (run.meta.get("strategy_config") or {}).get("param_shapes") or {}
+        shapes = (meta.get("strategy_config") or {}).get("param_shapes") or {}
         pad = sum(T.padded_numel(v, c["world_size"]) - T._numel(v) for v in shapes.values()) * 4
         if pad:
             out.append(f"FSDP2 pads each parameter's first dimension to a multiple of {c['world_size']} ranks: "
@@ -206,17 +207,17 @@ def notes(c: dict, run: Run) -> list[str]:
                    f"each one, so none of that communication can overlap compute (on CUDA, {who} overlaps "
                    "them on separate streams).")
     from syncviz.views.ds_compare import notes as ds_notes
-    out.extend(ds_notes(c, run))
+    out.extend(ds_notes(c))
     if c.get("collectives_busy_ms") is not None:
         work = "low-rank factorization" if s == "powersgd" else "casting to 16 bits and back"
         out.append(f"its bucket intervals include the hook's own compute ({work}): "
                    f"comm busy {c['comm_busy_ms']:.2f} ms per step, of which the all_reduces themselves "
                    f"{c['collectives_busy_ms']:.2f} ms.")
     if s == "powersgd":
-        start = ((run.meta.get("strategy_config") or {}).get("powersgd") or {}).get("start_powerSGD_iter")
+        start = ((meta.get("strategy_config") or {}).get("powersgd") or {}).get("start_powerSGD_iter")
         out.append(f"PowerSGD all-reduces uncompressed for the first {start} steps; bytes above are steps "
                    f"{', '.join(map(str, c['steady_steps']))}.")
-        one = ((run.meta.get("strategy_config") or {}).get("powersgd") or {}).get("one_bucket_mb")
+        one = ((meta.get("strategy_config") or {}).get("powersgd") or {}).get("one_bucket_mb")
         if one:
             out.append(f"ran with one {one:.0f} MB bucket: with several buckets torch's PowerSGD hook issues "
                        "all-reduces from gloo callback threads in a different order on each rank and gloo "
@@ -338,11 +339,19 @@ def model_text(c: dict) -> str:
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--strategies", default="", help="Only runs of these strategies (comma-separated).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-def compare_command(runs, strategies, as_json):
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Worker processes per run, one partition of ranks each at a time [CPU count].")
+@click.option("--whole", is_flag=True, help="Load each run into memory at once (same numbers; memory grows with "
+              "the run). Default: by partitions of ranks, as `syncviz summary`.")
+def compare_command(runs, strategies, as_json, jobs, whole):
     """Compare runs of different strategies on the same model (RUN: run directories, or a
     directory holding several)."""
     wanted = tuple(s.strip() for s in strategies.split(",") if s.strip())
-    loaded = load_runs(runs, wanted)
+
+    def progress(msg):
+        if sys.stderr.isatty():
+            click.echo(f"syncviz compare: {msg}", err=True)
+    loaded = load_runs(runs, wanted, whole=whole, jobs=jobs, progress=progress)
     comparisons = [run_comparison(r) for r in loaded]
     if as_json:
         click.echo(json.dumps(comparisons, indent=1, default=float))

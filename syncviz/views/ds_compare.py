@@ -102,7 +102,7 @@ def render(comparisons: list[dict], console: Console) -> None:
     console.print(t)
 
 
-def notes(c: dict, run) -> list[str]:
+def notes(c: dict) -> list[str]:
     """Where DeepSpeed's implementation departs from the textbook (and from torch's), measured."""
     s = c["strategy"]
     if s not in DT.DS_STRATEGIES:

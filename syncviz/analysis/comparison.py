@@ -1,0 +1,123 @@
+"""What ``syncviz compare`` measures in one run, from the whole run (``measure``) or from partitions of
+whole ranks (``partial`` in each, ``combine`` at the end; analysis.partitioned): the steady steps, their
+step_metrics rows, bytes per op, the buckets' logical/wire bytes, whether collectives blocked the host,
+and (for compression hooks) the collectives' own busy time.
+
+Why the partitioned numbers equal the whole-run ones: every input is per (rank, step) — step_metrics
+rows (concatenated in rank order, as the whole run's), per-(rank, step, op) call counts and byte sums
+(integers: exact in any order), bucket byte sums, a count of blocking rows. The theory and the notes
+beside these numbers are in views/compare.py.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from syncviz.analysis.columns import as_str
+from syncviz.analysis.headline import headline
+from syncviz.analysis.intervals import blocking_rows, comm_rows
+from syncviz.analysis.metrics import STEP_COLUMNS, step_metrics
+from syncviz.analysis.tables import op_bytes_per_step
+from syncviz.trace import schema as S
+
+OP_COLUMNS = ["op", "bytes_per_step", "count_per_step", "count_min", "count_max"]
+
+
+def steady_steps(meta: dict, steps) -> list[int]:
+    """Steps whose traffic is the strategy's steady state, of a run's steps (every step >= 0 it
+    recorded): headline steps (not step 0), and for PowerSGD only those after its plain all-reduce
+    warm-up."""
+    steps = sorted(int(s) for s in steps if s >= 0)
+    head = steps[1:] if len(steps) > 1 else steps
+    if meta.get("strategy") in ("ds-zero3", "ds-infinity") and len(steps) > 2:
+        head = steps[2:]      # DeepSpeed's ZeRO-3 records and checks its module trace in steps 0-1
+    start = ((meta.get("strategy_config") or {}).get("powersgd") or {}).get("start_powerSGD_iter")
+    if start is not None:
+        later = [s for s in head if s >= start]
+        return later or head
+    return head
+
+
+def measure(events: pd.DataFrame, meta: dict, steps: pd.DataFrame | None = None) -> dict:
+    """compare's measured numbers from a whole run's events. ``steps``: step_metrics of the whole run
+    when the caller has it (a step's metrics depend only on its rows)."""
+    steady = steady_steps(meta, events["step"].unique())
+    ev = events[events["step"].isin(steady)]
+    steps = step_metrics(ev) if steps is None else steps[steps["step"].isin(steady)]
+    buckets = ev[ev["kind"] == S.BUCKET]
+    m = {"steady": steady, "steps": steps, "op_bytes": op_bytes_per_step(ev, steps=steady),
+         "n_buckets": len(buckets), "logical_bytes": int(buckets["logical_bytes"].sum()),
+         "bucket_bytes": int(buckets["bytes"].sum()), "blocking": bool(blocking_rows(ev).shape[0])}
+    m["coll_steps"] = _coll_steps(ev) if _needs_coll(m) else None
+    return m
+
+
+def _needs_coll(m: dict) -> bool:
+    r = compressed(m)
+    return r is not None and r > 1.01
+
+
+def _coll_steps(ev: pd.DataFrame) -> pd.DataFrame:
+    """step_metrics of the collectives alone (a compression hook computes inside its bucket interval)."""
+    return step_metrics(ev[ev["kind"] != S.BUCKET])
+
+
+def compressed(m: dict) -> float | None:
+    """Logical over wire bytes of the buckets (None without buckets); above 1: a compression hook."""
+    return m["logical_bytes"] / m["bucket_bytes"] if m["n_buckets"] and m["bucket_bytes"] else None
+
+
+def numbers(m: dict) -> dict:
+    """The headline compare prints for measured numbers ``m`` (measure's or combine's)."""
+    out = {"head": headline(m["steps"]), "ratio": compressed(m), "collectives_busy_ms": None}
+    if _needs_coll(m):
+        out["collectives_busy_ms"] = headline(m["coll_steps"])["comm_busy_ms"]
+    return out
+
+
+# ------------------------------------------------------------------------- by partitions of ranks
+
+def partial(events: pd.DataFrame, steady: list[int]) -> dict:
+    """measure's inputs for one partition of whole ranks (steady: the run's, from every partition).
+    The collectives' own step_metrics are always computed: whether the run's buckets were
+    compressed is known only once every partition's bytes are added up."""
+    ev = events[events["step"].isin(steady)]
+    comm = comm_rows(ev)
+    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
+    wire = wire.assign(op=as_str(wire["op"]))
+    g = wire.groupby(["rank", "step", "op"])
+    pairs = pd.DataFrame({"calls": g.size(), "bytes": g["bytes"].sum()}) if len(wire) else None
+    buckets = ev[ev["kind"] == S.BUCKET]
+    return {"steps": step_metrics(ev), "pairs": pairs, "n_buckets": len(buckets),
+            "logical_bytes": int(buckets["logical_bytes"].sum()), "bucket_bytes": int(buckets["bytes"].sum()),
+            "blocking": int(blocking_rows(ev).shape[0]), "coll_steps": _coll_steps(ev)}
+
+
+def combine(parts: list[dict], steady: list[int]) -> dict:
+    """measure's dict from every partition's ``partial`` (in rank order)."""
+    def cat(key):
+        frames = [p[key] for p in parts if len(p[key])]
+        if not frames:
+            return parts[0][key] if parts else pd.DataFrame(columns=STEP_COLUMNS)
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return {"steady": steady, "steps": cat("steps"), "op_bytes": _op_bytes([p["pairs"] for p in parts]),
+            "n_buckets": sum(p["n_buckets"] for p in parts),
+            "logical_bytes": sum(p["logical_bytes"] for p in parts),
+            "bucket_bytes": sum(p["bucket_bytes"] for p in parts),
+            "blocking": any(p["blocking"] for p in parts), "coll_steps": cat("coll_steps")}
+
+
+def _op_bytes(pairs: list) -> pd.DataFrame:
+    """tables.op_bytes_per_step(ev, steps) from per-(rank, step, op) call counts and byte sums."""
+    pairs = [p for p in pairs if p is not None]
+    if not pairs:
+        return pd.DataFrame(columns=OP_COLUMNS)
+    t = pd.concat(pairs)
+    n = t.index.droplevel("op").nunique()                      # (rank, step) pairs with any wire row
+    per_pair = t["calls"].unstack("op").fillna(0)
+    g = t.groupby(level="op")
+    return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n, "count_per_step": g["calls"].sum() / n,
+                         "count_min": per_pair.min().astype(int),
+                         "count_max": per_pair.max().astype(int)}).rename_axis("op").reset_index()
+
+
+__all__ = ["steady_steps", "measure", "numbers", "partial", "combine", "compressed"]
