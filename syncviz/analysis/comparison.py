@@ -14,7 +14,7 @@ import pandas as pd
 
 from syncviz.analysis.columns import as_str
 from syncviz.analysis.headline import headline
-from syncviz.analysis.intervals import blocking_rows, comm_rows
+from syncviz.analysis.intervals import blocking_rows
 from syncviz.analysis.metrics import STEP_COLUMNS, step_metrics
 from syncviz.analysis.tables import op_bytes_per_step
 from syncviz.trace import schema as S
@@ -76,42 +76,49 @@ def numbers(m: dict) -> dict:
 
 # ------------------------------------------------------------------------- by partitions of ranks
 
-def partial(events: pd.DataFrame, steady: list[int]) -> dict:
-    """measure's inputs for one partition of whole ranks (steady: the run's, from every partition).
-    The collectives' own step_metrics are always computed: whether the run's buckets were
-    compressed is known only once every partition's bytes are added up."""
-    ev = events[events["step"].isin(steady)]
-    comm = comm_rows(ev)
+def partial(events: pd.DataFrame, comm: pd.DataFrame) -> dict:
+    """measure's inputs for one partition of whole ranks, per step (the steady steps are known only
+    once every partition's steps are): ``comm`` is comm_rows(events). The collectives' own
+    step_metrics are always computed: whether the run's buckets were compressed is known only once
+    every partition's bytes are added up."""
     wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
     wire = wire.assign(op=as_str(wire["op"]))
     g = wire.groupby(["rank", "step", "op"])
     pairs = pd.DataFrame({"calls": g.size(), "bytes": g["bytes"].sum()}) if len(wire) else None
-    buckets = ev[ev["kind"] == S.BUCKET]
-    return {"steps": step_metrics(ev), "pairs": pairs, "n_buckets": len(buckets),
-            "logical_bytes": int(buckets["logical_bytes"].sum()), "bucket_bytes": int(buckets["bytes"].sum()),
-            "blocking": int(blocking_rows(ev).shape[0]), "coll_steps": _coll_steps(ev)}
+    b = events[events["kind"] == S.BUCKET]
+    buckets = b.groupby("step").agg(n=("bytes", "size"), logical_bytes=("logical_bytes", "sum"), bytes=("bytes", "sum"))
+    blocking = blocking_rows(events)
+    return {"pairs": pairs, "buckets": buckets, "blocking": set(blocking["step"].unique().tolist()),
+            "coll_steps": _coll_steps(events)}
 
 
-def combine(parts: list[dict], steady: list[int]) -> dict:
-    """measure's dict from every partition's ``partial`` (in rank order)."""
-    def cat(key):
-        frames = [p[key] for p in parts if len(p[key])]
-        if not frames:
-            return parts[0][key] if parts else pd.DataFrame(columns=STEP_COLUMNS)
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return {"steady": steady, "steps": cat("steps"), "op_bytes": _op_bytes([p["pairs"] for p in parts]),
-            "n_buckets": sum(p["n_buckets"] for p in parts),
-            "logical_bytes": sum(p["logical_bytes"] for p in parts),
-            "bucket_bytes": sum(p["bucket_bytes"] for p in parts),
-            "blocking": any(p["blocking"] for p in parts), "coll_steps": cat("coll_steps")}
+def combine(parts: list[dict], steps: pd.DataFrame, steady: list[int]) -> dict:
+    """measure's dict from every partition's ``partial`` (in rank order) and the run's step_metrics
+    (``steps``: the partitions' concatenated, as the whole run's)."""
+    keep = set(steady)
+    colls = [p["coll_steps"] for p in parts if len(p["coll_steps"])]
+    coll = pd.concat(colls, ignore_index=True) if colls else pd.DataFrame(columns=STEP_COLUMNS)
+    sums = [p["buckets"] for p in parts]
+    b = pd.concat(sums) if sums else pd.DataFrame(columns=["n", "logical_bytes", "bytes"])
+    b = b[b.index.isin(steady)]
+    return {"steady": steady, "steps": _in(steps, steady), "op_bytes": _op_bytes([p["pairs"] for p in parts], steady),
+            "n_buckets": int(b["n"].sum()), "logical_bytes": int(b["logical_bytes"].sum()),
+            "bucket_bytes": int(b["bytes"].sum()), "blocking": any(p["blocking"] & keep for p in parts),
+            "coll_steps": _in(coll, steady)}
 
 
-def _op_bytes(pairs: list) -> pd.DataFrame:
-    """tables.op_bytes_per_step(ev, steps) from per-(rank, step, op) call counts and byte sums."""
+def _in(steps: pd.DataFrame, steady: list[int]) -> pd.DataFrame:
+    return steps[steps["step"].isin(steady)] if len(steps) else steps
+
+
+def _op_bytes(pairs: list, steady: list[int]) -> pd.DataFrame:
+    """tables.op_bytes_per_step(ev, steps=steady) from per-(rank, step, op) call counts and byte sums."""
     pairs = [p for p in pairs if p is not None]
-    if not pairs:
+    t = pd.concat(pairs) if pairs else None
+    if t is not None:
+        t = t[t.index.get_level_values("step").isin(steady)]
+    if t is None or not len(t):
         return pd.DataFrame(columns=OP_COLUMNS)
-    t = pd.concat(pairs)
     n = t.index.droplevel("op").nunique()                      # (rank, step) pairs with any wire row
     per_pair = t["calls"].unstack("op").fillna(0)
     g = t.groupby(level="op")

@@ -41,18 +41,20 @@ def span_table(index: dict) -> pd.DataFrame:
     return pd.DataFrame(data.astype(np.int64), columns=SP.COLUMNS)
 
 
-def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict:
+def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare: bool = False) -> dict:
     """step_metrics of the partition's ranks and, per collective, its first and last launch and
     how many of these ranks took part (queueing.EVENT_KEY). ``keep``: a scratch file to keep the
     partition's events in for pass 2 (a pickle of the frame reloads in a fraction of the time that
-    reading and validating the rank files again takes)."""
+    reading and validating the rank files again takes); ``compare``: also what compare measures
+    (analysis.comparison.partial)."""
     index: dict = {}
     ev, tables, problems, incomplete, errors = _read(run_dir, files, index)
     del tables
     if keep is not None and ev is not None:
         ev.to_pickle(keep)
     out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
-           "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": span_table(index)}
+           "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": span_table(index),
+           "compare": None}
     if ev is None:
         return out
     out["rows"] = len(ev)
@@ -63,6 +65,8 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None) -> dict
         out["max_rank"] = int(ev["rank"].max())
     out["steps"] = step_metrics(ev)
     comm = comm_rows(ev)
+    if compare:
+        out["compare"] = CM.partial(ev, comm)
     if len(comm):
         c = Q.occurrences(comm)
         out["events"] = c.groupby(Q.EVENT_KEY, observed=True, sort=False)["launch_ns"].agg(["min", "max", "size"])
@@ -128,11 +132,10 @@ def _events(path: str) -> pd.DataFrame:
 
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
-          kept: str | None = None, steady: list[int] | None = None) -> dict:
+          kept: str | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
     to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
-    copy of the partition's events; ``steady``: the run's steady steps, to measure what compare
-    shows too (analysis.comparison.partial)."""
+    copy of the partition's events."""
     if kept is not None and Path(kept).exists():
         ev = pd.read_pickle(kept)
         Path(kept).unlink()
@@ -142,11 +145,9 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
-           "strag_steps": set(), "strag": None, "compare": None}
+           "strag_steps": set(), "strag": None}
     if ev is None or not len(ev):
         return out
-    if steady is not None:
-        out["compare"] = CM.partial(ev, steady)
     joined = events["last"].astype(float)
     comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
     tag = f"{part}"

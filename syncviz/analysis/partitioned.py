@@ -65,6 +65,25 @@ class SummaryTables:
     def name(self) -> str:
         return self.meta.get("name") or self.path.name
 
+    @property
+    def world_size(self) -> int:
+        return self.summary["world_size"]
+
+
+@dataclass
+class Measured:
+    """What ``syncviz compare`` needs of a run (``measure``: one pass over partitions of ranks)."""
+    path: Path
+    meta: dict
+    problems: list[str]
+    incomplete_ranks: list[int]
+    world_size: int
+    comparison: dict                  # analysis.comparison.combine's dict
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.path.name
+
 
 def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) -> list[dict[int, Path]]:
     """Consecutive ranks grouped so that each group holds about ``target_events`` events (by size)."""
@@ -84,8 +103,14 @@ def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) ->
     return out
 
 
+def measure(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None) -> Measured:
+    """What ``syncviz compare`` shows of a run of any size: summarize's first pass alone (compare's
+    numbers need no collective matched across ranks). Raises TraceError like summarize."""
+    return summarize(run_dir, jobs, target_events, progress, compare="only")
+
+
 def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
-              executor=None, scratch: str | None = None, compare: bool = False) -> SummaryTables:
+              executor=None, scratch: str | None = None, compare: bool | str = False) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
     process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
     Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
@@ -122,7 +147,11 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
         steps_parts, facts, spans, events, rows = [], [], [], None, 0
-        for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k) for p, k in zip(parts, kept)])):
+        if compare == "only":
+            kept = [None] * len(parts)        # no second pass to keep the events for
+        compared = []
+        for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k, bool(compare)) for p, k in zip(parts, kept)])):
+            compared.append(r["compare"])
             problems += r["problems"]
             incomplete += r["incomplete"]
             errors += r["errors"]
@@ -158,13 +187,17 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         events.to_pickle(events_path)
         h = headline_steps(steps) if len(steps) else steps
         hsteps = sorted(int(s) for s in h["step"].unique()) if len(h) else []
-        steady = None
+        comparison = None
         if compare:
             found = [f["steps"] for f in facts if f is not None]
             steady = CM.steady_steps(meta, np.unique(np.concatenate(found)) if found else [])
+            comparison = CM.combine([c for c in compared if c is not None], steps, steady)
+        if compare == "only":
+            return Measured(path=run_dir, meta=meta, problems=problems, incomplete_ranks=incomplete,
+                            world_size=_world(meta, max_rank), comparison=comparison)
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
         second, skew = [], None
-        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i], steady)
+        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
                                                    for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
@@ -176,8 +209,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                           world_size=_world(meta, max_rank))
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
-        if compare:
-            tables.comparison = CM.combine([r["compare"] for r in second if r["compare"] is not None], steady)
+        tables.comparison = comparison
         return tables
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from syncviz import analysis as A
 from syncviz.model import theory as T
 from syncviz.analysis import comparison as CM
-from syncviz.analysis.partitioned import SummaryTables, summarize
+from syncviz.analysis.partitioned import Measured, SummaryTables, measure
 from syncviz.trace import Run, TraceError, find_runs, load_run, warn_problems
 from syncviz.trace.read import read_meta
 
@@ -30,7 +30,7 @@ SLOW_RATIO = 0.75            # RS or AG over an all_reduce of the same bytes: te
 # ------------------------------------------------------------------------------- loading
 
 def load_runs(paths, strategies: tuple[str, ...] = (), whole: bool = False, jobs: int | None = None,
-              progress=None) -> list[Run | SummaryTables]:
+              progress=None) -> list[Run | Measured]:
     """Runs at or below ``paths`` (optionally only those of ``strategies``), all of one model: each
     measured by partitions of ranks (analysis.partitioned, memory bounded by one partition), or
     loaded whole (``whole``: the reference, same numbers)."""
@@ -50,7 +50,7 @@ def load_runs(paths, strategies: tuple[str, ...] = (), whole: bool = False, jobs
     for i, d in enumerate(dirs):
         if progress:
             progress(f"run {i + 1}/{len(dirs)}: {d}")
-        runs.append(load_run(d) if whole else summarize(d, jobs=jobs, compare=True))
+        runs.append(load_run(d) if whole else measure(d, jobs=jobs))
     for r in runs:
         warn_problems(r)
     if strategies and not runs:
@@ -109,14 +109,16 @@ def expected_bytes(meta: dict, n: int, strategy: str) -> tuple[dict, dict]:
     return expected, T.textbook_comm_per_step(strategy, grad, param)
 
 
-def run_comparison(run: Run | SummaryTables, steps=None) -> dict:
-    """Everything compare shows for one run (JSON-ready): a loaded run, or the tables of
-    ``analysis.partitioned.summarize(..., compare=True)`` (a run of any size, same numbers).
+def run_comparison(run: Run | Measured | SummaryTables, steps=None) -> dict:
+    """Everything compare shows for one run (JSON-ready): a loaded run, or what
+    ``analysis.partitioned.measure`` (or ``summarize(..., compare=True)``) found by partitions of
+    ranks (a run of any size, same numbers).
     ``steps``: step_metrics of the whole loaded run when the caller has it."""
-    if isinstance(run, SummaryTables):
-        measured, world = run.comparison, run.summary["world_size"]
+    if isinstance(run, Run):
+        measured = CM.measure(run.events, run.meta, steps)
     else:
-        measured, world = CM.measure(run.events, run.meta, steps), run.world_size
+        measured = run.comparison
+    world = run.world_size
     meta = run.meta
     strategy = meta.get("strategy", "?")
     nums = CM.numbers(measured)
