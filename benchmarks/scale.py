@@ -9,6 +9,9 @@ whole run where it fits and of two steps (``--steps``) at every size.
     python benchmarks/scale.py --baseline /tmp/base   # + the partitioned summary of another checkout
                                                       # (e.g. `git archive main | tar -x -C /tmp/base`)
 
+Each size also times `syncviz compare --json` by partitions (the default) and with --whole, and
+checks that both print the same bytes.
+
 Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers),
 peak memory (the sum of the resident sizes of the process and its workers, sampled every 50 ms:
 shared library pages count once per process, so this over-states a little) and the 1-minute load
@@ -187,6 +190,17 @@ def main() -> None:
                 f"(~460 B/event: ~{n * 460 / 1e9:.0f} GB)")
             row("summary (partitioned)", n, new)
         results.append((n, new, old))
+        # compare: one pass by partitions of ranks (analysis.partitioned.measure) beside --whole
+        cmp_new, cmp_old = root / "cmp-new.json", root / "cmp-old.json"
+        cnew = measure([PY, "-m", "syncviz", "compare", "--json", str(run), *jobs], args.timeout, cmp_new, cwd=str(HERE))
+        if n <= args.whole_max:
+            cold = measure([PY, "-m", "syncviz", "compare", "--json", "--whole", str(run)], args.timeout, cmp_old,
+                           cwd=str(HERE))
+            same = cold["status"] == "ok" and cnew["status"] == "ok" and cmp_new.read_bytes() == cmp_old.read_bytes()
+            row("compare --whole (former)", n, cold)
+            row("compare (partitioned)", n, cnew, f"same output: {'yes' if same else 'NO'}")
+        else:
+            row("compare (partitioned)", n, cnew)
         if args.skip_views:
             continue
         # Over the dashboard's budget (store.default_max_run_bytes) a run is opened from what the summary

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +16,21 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from syncviz import analysis as A
+from syncviz.analysis import jsonrows
 from syncviz.analysis.partitioned import measure, partitions, summarize
 from syncviz.cli import cli
 from syncviz.trace import TraceError, load_run
 from syncviz.trace import read as R
 from syncviz.views.compare import run_comparison
-from syncviz.views.summary import print_summary, whole_run_tables
+from syncviz.views.summary import _clean, print_summary, whole_run_tables, write_json
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(autouse=True)
+def small_json_chunks(monkeypatch):
+    monkeypatch.setattr(jsonrows, "CHUNK_ROWS", 7)
 FIXTURES = sorted(p.name for p in DATA.iterdir() if (p / "run.json").exists())
 
 
@@ -72,6 +80,20 @@ def _compare(run_dir: Path, jobs: int = 1):
         _frame(new.offload, old.offload, "offload_table")
     assert new.problems == old.problems and new.incomplete_ranks == old.incomplete_ranks
     assert _text(new) == _text(old)
+    # `syncviz summary --json`: the same bytes from the partitions' bucket rows (written in chunks of
+    # 7 rows here, so that chunk and partition joins are exercised), and the reference's numbers
+    with tempfile.TemporaryDirectory() as d:
+        whole_run = load_run(run_dir)
+        got, ref = io.StringIO(), io.StringIO()
+        write_json(summarize(run_dir, jobs=jobs, target_events=1, json_dir=d), got)
+        write_json(whole_run, ref)
+        assert got.getvalue() == ref.getvalue()
+        reference = {**A.run_summary(whole_run),
+                     "steps_table": json.loads(A.step_metrics(whole_run).to_json(orient="records")),
+                     "buckets_table": json.loads(A.bucket_metrics(whole_run).drop(columns=["name"])
+                                                 .to_json(orient="records")),
+                     "meta": whole_run.meta}
+        assert json.loads(got.getvalue()) == json.loads(json.dumps(_clean(reference), default=str))
     # what `syncviz compare` shows, from the same partitions (analysis.comparison)
     whole = run_comparison(load_run(run_dir))
     for got in (run_comparison(new), run_comparison(measure(run_dir, jobs=jobs, target_events=1))):
@@ -133,6 +155,10 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
     a = CliRunner().invoke(cli, ["summary", str(run)])
     b = CliRunner().invoke(cli, ["summary", "--whole", str(run)])
     assert a.exit_code == 0 and b.exit_code == 0 and a.output == b.output and "Verdict" in a.output
+    a = CliRunner().invoke(cli, ["summary", "--json", "--jobs", "2", str(run)])
+    b = CliRunner().invoke(cli, ["summary", "--json", "--whole", str(run)])
+    assert a.exit_code == 0 and b.exit_code == 0 and a.output == b.output
+    assert len(json.loads(a.output)["buckets_table"]) == len(A.bucket_metrics(load_run(run))) > 9
 
 
 @pytest.mark.parametrize("compression", ["fp16", "powersgd"])

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from syncviz.analysis.headline import exposed_by_identity, top_exposed_rows
 from syncviz.analysis import comparison as CM
+from syncviz.analysis import jsonrows
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.intervals import comm_rows, wire_mask
@@ -132,10 +133,11 @@ def _events(path: str) -> pd.DataFrame:
 
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
-          kept: str | None = None) -> dict:
+          kept: str | None = None, json_dir: str | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
     to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
-    copy of the partition's events."""
+    copy of the partition's events; ``json_dir``: write the partition's bucket rows there as JSON
+    text (``syncviz summary --json``: analysis.jsonrows)."""
     if kept is not None and Path(kept).exists():
         ev = pd.read_pickle(kept)
         Path(kept).unlink()
@@ -145,12 +147,14 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
-           "strag_steps": set(), "strag": None}
+           "strag_steps": set(), "strag": None, "json": None}
     if ev is None or not len(ev):
         return out
     joined = events["last"].astype(float)
     comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
     tag = f"{part}"
+    if json_dir is not None:
+        out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", bucket_rows(comm))
     if len(comm):
         wire = comm[wire_mask(comm)]
         hw = wire[wire["step"].isin(hsteps)]
@@ -184,6 +188,12 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
                                        "ms": ((off["end_ns"] - off["start_ns"]) / 1e6).to_numpy()})
     out["offload_n"] = ev[ev["step"].isin(hsteps) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups
     return out
+
+
+def bucket_rows(comm: pd.DataFrame) -> pd.DataFrame:
+    """``syncviz summary --json``'s per-bucket table: metrics.bucket_metrics' rows, less the name
+    (comm: comm_metrics of every comm kind, as pass 2 has them)."""
+    return comm[(comm["kind"] == S.BUCKET).to_numpy()].reset_index(drop=True).drop(columns=["name"])
 
 
 def _stragglers(out: dict, hw: pd.DataFrame, events: pd.DataFrame, scratch: str, tag: str) -> None:

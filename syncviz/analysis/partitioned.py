@@ -60,6 +60,7 @@ class SummaryTables:
     facts: dict = field(default_factory=dict)   # partials.combine_facts: the dashboard's step index of the run
     spans: pd.DataFrame | None = None           # where each rank file's batches lie (trace.spans), for step reads
     comparison: dict | None = None              # analysis.comparison's measured numbers (summarize(compare=True))
+    bucket_json: list = field(default_factory=list)   # summarize(json_dir=): files of bucket rows (jsonrows)
 
     @property
     def name(self) -> str:
@@ -110,13 +111,15 @@ def measure(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVE
 
 
 def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
-              executor=None, scratch: str | None = None, compare: bool | str = False) -> SummaryTables:
+              executor=None, scratch: str | None = None, compare: bool | str = False,
+              json_dir: str | None = None) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
     process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
     Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
     scratch files go (workers must reach it; default: the system temp dir); ``compare``: also
-    measure what ``syncviz compare`` shows (SummaryTables.comparison). Raises TraceError like
-    read.open_run."""
+    measure what ``syncviz compare`` shows (SummaryTables.comparison); ``json_dir``: write every
+    bucket row there as JSON text (SummaryTables.bucket_json, in rank order; ``summary --json``).
+    Raises TraceError like read.open_run."""
     run_dir = Path(run_dir)
     meta = R.read_meta(run_dir)
     files = R.rank_files(run_dir)
@@ -130,18 +133,18 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     say = progress or (lambda msg: None)
     if executor is not None:
         return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch,
-                          own=False, compare=compare)
+                          own=False, compare=compare, json_dir=json_dir)
     pool = _pool(jobs)
     try:
         return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch,
-                          compare=compare)
+                          compare=compare, json_dir=json_dir)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 
 def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True,
-               compare=False) -> SummaryTables:
+               compare=False, json_dir=None) -> SummaryTables:
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
@@ -197,8 +200,8 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                             world_size=_world(meta, max_rank), comparison=comparison)
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
         second, skew = [], None
-        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i])
-                                                   for i, p in enumerate(parts)])):
+        for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i],
+                                                    json_dir) for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
             say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
@@ -210,6 +213,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         tables.comparison = comparison
+        tables.bucket_json = [r["json"] for r in second]
         return tables
 
 

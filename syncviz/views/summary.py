@@ -2,9 +2,11 @@
 Every number comes from syncviz.analysis; this module only lays them out."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -13,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from syncviz import analysis as A
+from syncviz.analysis import jsonrows
 from syncviz.analysis.partitioned import SummaryTables, summarize
 from syncviz.trace import Run, load_run, warn_problems
 from syncviz.views import runcache as RC
@@ -159,20 +162,31 @@ def print_summary(run: Run | SummaryTables, console: Console | None = None) -> d
     return s
 
 
-def summary_json(run: Run) -> dict:
-    s = A.run_summary(run)
-    steps = A.step_metrics(run)
-    buckets = A.bucket_metrics(run)
-    s["steps_table"] = json.loads(steps.to_json(orient="records"))
-    s["buckets_table"] = json.loads(buckets.drop(columns=["name"]).to_json(orient="records"))
-    s["meta"] = run.meta
-    return s
+def write_json(run: Run | SummaryTables, out=None) -> None:
+    """``syncviz summary --json``: the headline (run_summary's dict), ``steps_table`` (step_metrics
+    rows), ``buckets_table`` (bucket_metrics rows less the name; one per bucket event) and ``meta``.
+    From a loaded run, or from summarize(..., json_dir=) whose workers wrote the bucket rows: the two
+    print the same bytes (analysis.jsonrows), the second in memory bounded by one partition."""
+    out = out or sys.stdout
+    if isinstance(run, SummaryTables):
+        s, steps, buckets = run.summary, run.steps, run.bucket_json
+    else:
+        s, steps, buckets = A.run_summary(run), A.step_metrics(run), [A.bucket_metrics(run).drop(columns=["name"])]
+    marks = {"steps_table": "\x00steps\x00", "buckets_table": "\x00buckets\x00"}
+    head = json.dumps(_clean({**s, **marks, "meta": run.meta}), indent=1, default=str)
+    before, rest = head.split(json.dumps(marks["steps_table"]))
+    middle, after = rest.split(json.dumps(marks["buckets_table"]))
+    out.write(before)
+    jsonrows.array(out, [steps])
+    out.write(middle)
+    jsonrows.array(out, buckets)
+    out.write(after + "\n")
 
 
 @click.command("summary", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("run", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (headline, per-step and per-bucket tables; "
-              "loads the whole run: its per-bucket table has a row per bucket event).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: the headline, the per-step table and "
+              "the per-bucket table (a row per bucket event: large for big runs; written piece by piece).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=None,
               help="Worker processes for the report, one partition of ranks each at a time [CPU count].")
 @click.option("--whole", is_flag=True, help="Load the whole run into memory at once (the former way; same numbers, "
@@ -186,12 +200,13 @@ def summary_json(run: Run) -> dict:
               "--dask cluster, one every worker can write to.")
 def summary_command(run, as_json, jobs, whole, dask_address, scratch):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
-    if as_json:
+    if whole:
         r = load_run(run)
-        warn_problems(r)
-        click.echo(json.dumps(_clean(summary_json(r)), indent=1, default=str))
-    elif whole:
-        print_summary(load_run(run))
+        if as_json:
+            warn_problems(r)
+            write_json(r)
+        else:
+            print_summary(r)
     else:
         def progress(msg):
             if sys.stderr.isatty():
@@ -199,17 +214,26 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch):
         from syncviz.trace.read import read_meta
         read_meta(run)              # a wrong path is one line (before any cluster starts)
         sig = RC.signature(Path(run))
-        if dask_address is None:
-            tables = summarize(run, jobs=jobs, progress=progress, scratch=scratch)
-        else:
-            from syncviz.analysis.cluster import ClusterError, dask_executor
-            try:
-                with dask_executor(dask_address, jobs) as (executor, where):
-                    progress(f"on {where}")
-                    tables = summarize(run, jobs=jobs, progress=progress, executor=executor, scratch=scratch)
-            except ClusterError as e:
-                raise click.UsageError(str(e)) from None
-        print_summary(tables)
+        with contextlib.ExitStack() as stack:
+            # --json: the workers write the bucket rows as JSON text here (a place they all reach)
+            json_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-json-", dir=scratch)) \
+                if as_json else None
+            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir)
+            if dask_address is None:
+                tables = summarize(run, **opts)
+            else:
+                from syncviz.analysis.cluster import ClusterError, dask_executor
+                try:
+                    with dask_executor(dask_address, jobs) as (executor, where):
+                        progress(f"on {where}")
+                        tables = summarize(run, executor=executor, **opts)
+                except ClusterError as e:
+                    raise click.UsageError(str(e)) from None
+            if as_json:
+                warn_problems(tables)
+                write_json(tables)
+            else:
+                print_summary(tables)
         # what the dashboard needs to open this run without reading it whole (views/runcache.py)
         if RC.put_summary(run, tables, sig):
             progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
