@@ -9,8 +9,8 @@ whole run where it fits and of two steps (``--steps``) at every size.
     python benchmarks/scale.py --baseline /tmp/base   # + the partitioned summary of another checkout
                                                       # (e.g. `git archive main | tar -x -C /tmp/base`)
 
-Each size also times `syncviz compare --json` by partitions (the default) and with --whole, and
-checks that both print the same bytes.
+Each size also times `syncviz compare --json` and `syncviz summary --json` by partitions (the
+default) and with --whole, and checks that both print the same bytes.
 
 Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers),
 peak memory (the sum of the resident sizes of the process and its workers, sampled every 50 ms:
@@ -62,8 +62,19 @@ view = run.step_view(mid)
 for k in keys:
     view.get(k)
 t3 = time.perf_counter()
+# a run read one step at a time: what the Replay page starts after each draw (LoadedRun.prefetch_neighbours)
+# while the user looks at the step; then the next step
+run.prefetch_neighbours(mid, keys)
+while run._prefetching:
+    time.sleep(0.02)
+t4 = time.perf_counter()
+view = run.step_view(mid + 1)
+for k in keys:
+    view.get(k)
+t5 = time.perf_counter()
 print(json.dumps({"open_s": t1 - t0, "step_ms": 1e3 * (t2 - t1), "jump_ms": 1e3 * (t3 - t2), "jump_to": mid,
-                  "whole": not run.partial}))
+                  "whole": not run.partial, "prefetch_s": t4 - t3 if run.partial else None,
+                  "prefetched_ms": 1e3 * (t5 - t4) if run.partial else None}))
 """
 
 
@@ -190,17 +201,20 @@ def main() -> None:
                 f"(~460 B/event: ~{n * 460 / 1e9:.0f} GB)")
             row("summary (partitioned)", n, new)
         results.append((n, new, old))
-        # compare: one pass by partitions of ranks (analysis.partitioned.measure) beside --whole
-        cmp_new, cmp_old = root / "cmp-new.json", root / "cmp-old.json"
-        cnew = measure([PY, "-m", "syncviz", "compare", "--json", str(run), *jobs], args.timeout, cmp_new, cwd=str(HERE))
-        if n <= args.whole_max:
-            cold = measure([PY, "-m", "syncviz", "compare", "--json", "--whole", str(run)], args.timeout, cmp_old,
-                           cwd=str(HERE))
-            same = cold["status"] == "ok" and cnew["status"] == "ok" and cmp_new.read_bytes() == cmp_old.read_bytes()
-            row("compare --whole (former)", n, cold)
-            row("compare (partitioned)", n, cnew, f"same output: {'yes' if same else 'NO'}")
-        else:
-            row("compare (partitioned)", n, cnew)
+        # compare (one pass by partitions of ranks: analysis.partitioned.measure) and summary --json (the
+        # workers write the bucket rows), each beside its --whole form, same bytes checked
+        for cmd in (["compare", "--json"], ["summary", "--json"]):
+            a_out, b_out = root / "cmd-new.json", root / "cmd-old.json"
+            part = measure([PY, "-m", "syncviz", *cmd, str(run), *jobs], args.timeout, a_out, cwd=str(HERE))
+            what = " ".join(cmd)
+            if n <= args.whole_max:
+                whole = measure([PY, "-m", "syncviz", *cmd, "--whole", str(run)], args.timeout, b_out, cwd=str(HERE))
+                same = whole["status"] == "ok" and part["status"] == "ok" and a_out.read_bytes() == b_out.read_bytes()
+                row(f"{what} --whole (former)", n, whole)
+                row(f"{what} (partitioned)", n, part, f"same output: {'yes' if same else 'NO'}; "
+                    f"{whole['peak_gb'] / max(part['peak_gb'], 1e-9):.1f}x less memory")
+            else:
+                row(f"{what} (partitioned)", n, part)
         if args.skip_views:
             continue
         # Over the dashboard's budget (store.default_max_run_bytes) a run is opened from what the summary
@@ -212,7 +226,9 @@ def main() -> None:
             nan = float("nan")
             row("dashboard data: " + ("steps read alone" if partial else "open + steps"), n, m,
                 f"first open {d.get('open_s', nan):.2f} s, next step {d.get('step_ms', nan):.0f} ms, "
-                f"jump to step {d.get('jump_to', '?')} {d.get('jump_ms', nan):.0f} ms")
+                f"jump to step {d.get('jump_to', '?')} {d.get('jump_ms', nan):.0f} ms" +
+                (f"; next step once read ahead {d['prefetched_ms']:.1f} ms (read ahead in {d['prefetch_s']:.1f} s)"
+                 if d.get("prefetched_ms") is not None else ""))
         else:
             row("dashboard data layer", n, None, "not run: > --dashboard-max (loads the whole run)")
         export = [PY, "-m", "syncviz", "export", "perfetto", str(run), "-o", str(root / "p.json.gz")]

@@ -243,6 +243,52 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     assert not run._opened, "the run was never read whole"
 
 
+def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app, tmp_path, monkeypatch):
+    """Over the budget, after a step is drawn the steps beside it are read and analysed in a thread
+    (the same tables as a whole read), and the steps kept in memory are bounded by their rows."""
+    from click.testing import CliRunner
+    from syncviz.cli import cli
+    from syncviz.dashboard.data import loaded as L
+    from syncviz.dashboard.data.store import RunStore
+    from syncviz.views import runcache as RC
+    big = write_synth_run(tmp_path / "runs" / "big", world=4, steps=8, n_buckets=3)
+    assert CliRunner().invoke(cli, ["summary", str(big), "--jobs", "1"]).exit_code == 0
+    truth = L.LoadedRun("big", big, RC.signature(big))
+    truth.disk = RC.RunCache(tmp_path / "nowhere", ())
+    keys = ("compute", "comm", "exposed", "steps", "step_spread", "lateness")
+    monkeypatch.setattr(L, "PREFETCH_DELAY_S", 0.0)
+    from syncviz.dashboard import components as C
+    from syncviz.dashboard.pages.replay import draw_step
+    old = C._STORE
+    C.set_store(store := RunStore(tmp_path / "runs", max_run_bytes=10_000))
+    try:
+        run = store.get("big")
+        assert run.partial
+        at = int(run.step_list[3])
+        draw_step("big", at, "spread")        # the Replay page's draw starts the prefetch
+    finally:
+        C.set_store(old)
+    deadline = time.monotonic() + 60
+    while run._prefetching and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not run._prefetching
+    for s in (at - 1, at + 1):
+        assert s in run._steps_cache and run._steps_cache[s].has(keys)
+        view = run.step_view(s)
+        for key in keys:
+            pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
+                                          truth.step_view(s).get(key).reset_index(drop=True), check_exact=True)
+    truth.prefetch_neighbours(at, keys)          # a run read whole has its blocks instead
+    assert not truth._prefetching
+    per_step = run._steps_cache[at].rows
+    assert per_step > 0
+    monkeypatch.setattr(L, "STEP_CACHE_ROWS", 2 * per_step)
+    for s in run.step_list:
+        run.step_view(int(s)).get("steps")
+        assert sum(v.rows for v in run._steps_cache.values()) <= 3 * per_step
+    assert len(run._steps_cache) <= 3
+
+
 def test_whole_run_tables_same_from_whole_analysis_and_from_blocks(root):
     """A page opened before the background blocks are done gets its tables (steps, bucket rows,
     lateness matrix) from one whole-run analysis; once the blocks are done, from their slices. The

@@ -92,6 +92,16 @@ class StepView:
         return self._alone.get(key)
 
     @property
+    def rows(self) -> int:
+        """Event rows this view holds of its own (read alone; a block's slice holds none)."""
+        ev = self._alone._ev
+        return 0 if ev is None else len(ev)
+
+    def has(self, keys) -> bool:
+        """Whether the tables ``keys`` are ready (no analysis needed to get them)."""
+        return self._block is not None or all(k in self._alone._out for k in keys)
+
+    @property
     def compute(self):
         return self.get("compute")
 

@@ -136,6 +136,7 @@ def draw_step(name: str, step: int, mode: str = "auto"):
             if lanes == "spread" else dash.no_update)
     info = step_cards(view)
     run.analyse_in_background()
+    run.prefetch_neighbours(step, STEP_TABLES[lanes])     # a run read one step at a time
     return fig, late, lanes == "spread", info
 
 
