@@ -239,8 +239,19 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     finally:
         C.set_store(old)
     assert len(steps_fig["data"]) and not recording
-    assert "needs every event" in json.dumps(skew_fig)
+    # the rank × step lateness map from what the summary kept: the whole read's, exactly
+    pd.testing.assert_frame_equal(run.rank_skew(), truth.rank_skew(), check_exact=True)
+    assert skew_fig["data"][0]["type"] == "heatmap" and len(skew_fig["data"][0]["y"]) == 8
     assert not run._opened, "the run was never read whole"
+    # a cache without the map (an older syncviz's summary): one line in its place
+    for f in (big / RC.CACHE_DIR).glob("rank_skew*"):
+        f.unlink()
+    C.set_store(RunStore(tmp_path / "runs", max_run_bytes=10_000))
+    try:
+        _, skew_fig, _ = ratio_figures("big")
+    finally:
+        C.set_store(old)
+    assert "needs every event" in json.dumps(skew_fig)
 
 
 def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app, tmp_path, monkeypatch):

@@ -142,7 +142,7 @@ def test_cached_tables_equal_computed_ones_and_need_no_events(tmp_path, src):
                                  "tests/data/truncated-rank", "traces/sim-gpt2-medium-128"])
 def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     """`syncviz summary` (by partitions of ranks: here one rank each, so every combination runs)
-    keeps the step index, summary and step table under the dashboard's keys; each equals what the
+    keeps the step index, summary, step table and lateness map under the dashboard's keys; each equals what the
     dashboard computes from the whole run, exactly (types included)."""
     from syncviz.analysis.partitioned import summarize
     run = fresh_copy(ROOT / src, tmp_path / "a" / "run")
@@ -154,6 +154,11 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     assert RC._same(cold._facts(), kept.get("facts"))
     same(cold.summary(), kept.get("summary"), "summary")
     same(kept.get("steps"), cold.step_table(), "steps")
+    ref = cold.rank_skew()
+    if len(ref):
+        same(kept.get("rank_skew"), ref, "rank_skew")     # Ratios' rank × step lateness map
+    else:
+        assert kept.get("rank_skew") is None or not len(kept.get("rank_skew"))
     warm = loaded(run)
     assert not warm._opened and warm.summary() == cold.summary()
 

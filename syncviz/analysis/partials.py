@@ -16,7 +16,7 @@ from syncviz.analysis import jsonrows
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.intervals import comm_rows, wire_mask
-from syncviz.analysis.metrics import _ms, comm_metrics, step_metrics
+from syncviz.analysis.metrics import _ms, comm_metrics, lateness_matrix, step_metrics
 from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
 from syncviz.trace import read as R
 from syncviz.trace import schema as S
@@ -24,6 +24,7 @@ from syncviz.trace import spans as SP
 from syncviz.analysis.columns import as_str
 
 SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
+LATE_KEY = ["step", "micro", "bucket"]        # a gradient bucket matched across ranks (tables.launch_lateness)
 _EVENTS: dict[str, pd.DataFrame] = {}        # per worker process: the run's collectives (pass 2)
 _EVENTS_LOCK = threading.Lock()              # a Dask worker may run several partitions in threads
 
@@ -55,7 +56,7 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
         ev.to_pickle(keep)
     out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
            "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": span_table(index),
-           "compare": None}
+           "compare": None, "bucket_first": None}
     if ev is None:
         return out
     out["rows"] = len(ev)
@@ -68,6 +69,7 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     comm = comm_rows(ev)
     if compare:
         out["compare"] = CM.partial(ev, comm)
+    out["bucket_first"] = bucket_first(comm)
     if len(comm):
         c = Q.occurrences(comm)
         out["events"] = c.groupby(Q.EVENT_KEY, observed=True, sort=False)["launch_ns"].agg(["min", "max", "size"])
@@ -99,6 +101,55 @@ def combine_facts(parts: list[dict], problems: list[str], incomplete: list[int])
     return {"problems": list(problems), "incomplete_ranks": list(incomplete), "ranks": ranks,
             "n_buckets": max(1, top + 1), "steps": steps, "extent_steps": [int(k) for k in ext],
             "extent_ms": [(int(last[k]) - int(first[k])) / 1e6 for k in ext]}
+
+
+def bucket_first(comm: pd.DataFrame) -> pd.Series | None:
+    """Earliest launch of each gradient bucket (step, micro, bucket) among these ranks: the
+    reference tables.launch_lateness measures a bucket's lateness from."""
+    b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
+    return b.groupby(LATE_KEY, observed=True)["launch_ns"].min() if len(b) else None
+
+
+def reduce_bucket_first(parts: list) -> pd.Series | None:
+    parts = [p for p in parts if p is not None and len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return pd.concat(parts).groupby(level=list(range(len(LATE_KEY)))).min()
+
+
+def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None) -> pd.DataFrame | None:
+    """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
+    (launch − the earliest launch of the same bucket, or of the same collective in a step without
+    buckets, among all ranks): metrics.lateness_matrix's mean from partitions (integer sums: exact)."""
+    parts = []
+    if first is not None:
+        b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
+        idx = first.index.get_indexer(pd.MultiIndex.from_frame(b[LATE_KEY]))
+        parts.append(pd.DataFrame({"rank": b["rank"].to_numpy(), "step": b["step"].to_numpy(),
+                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx]}))
+    rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
+    if first is not None and len(rows):
+        rows = rows[~rows["step"].isin(first.index.get_level_values("step").unique())]
+    if len(rows):
+        c = Q.occurrences(rows)
+        ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
+        parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
+                                   "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id]}))
+    if not parts:
+        return None
+    late = pd.concat(parts, ignore_index=True)
+    g = late.groupby(["rank", "step"])["late_ns"]
+    return pd.DataFrame({"sum": g.sum(), "count": g.size()})
+
+
+def combine_lateness(parts: list) -> pd.DataFrame:
+    """metrics.lateness_matrix (rank × step mean lateness) from every partition's rank_step_lateness."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if not parts:
+        return pd.DataFrame()
+    t = pd.concat(parts)           # each (rank, step) lies in one partition
+    mean = (t["sum"] / t["count"]).rename("late_ns").reset_index()
+    return lateness_matrix(mean)
 
 
 def reduce_events(parts: list) -> pd.DataFrame | None:
@@ -133,11 +184,12 @@ def _events(path: str) -> pd.DataFrame:
 
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
-          kept: str | None = None, json_dir: str | None = None) -> dict:
+          kept: str | None = None, json_dir: str | None = None, first_path: str | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
     to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
     copy of the partition's events; ``json_dir``: write the partition's bucket rows there as JSON
-    text (``syncviz summary --json``: analysis.jsonrows)."""
+    text (``syncviz summary --json``: analysis.jsonrows); ``first_path``: every bucket's earliest
+    launch over all ranks (pass 1's bucket_first, pickled), for the rank × step lateness."""
     if kept is not None and Path(kept).exists():
         ev = pd.read_pickle(kept)
         Path(kept).unlink()
@@ -147,12 +199,14 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
-           "strag_steps": set(), "strag": None, "json": None}
+           "strag_steps": set(), "strag": None, "json": None, "lateness": None}
     if ev is None or not len(ev):
         return out
     joined = events["last"].astype(float)
     comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
     tag = f"{part}"
+    first = pd.read_pickle(first_path) if first_path is not None else None
+    out["lateness"] = rank_step_lateness(comm, events, first)
     if json_dir is not None:
         out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", bucket_rows(comm))
     if len(comm):

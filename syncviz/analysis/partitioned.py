@@ -61,6 +61,7 @@ class SummaryTables:
     spans: pd.DataFrame | None = None           # where each rank file's batches lie (trace.spans), for step reads
     comparison: dict | None = None              # analysis.comparison's measured numbers (summarize(compare=True))
     bucket_json: list = field(default_factory=list)   # summarize(json_dir=): files of bucket rows (jsonrows)
+    rank_skew: pd.DataFrame | None = None       # metrics.lateness_matrix of the run (the dashboard's rank_skew)
 
     @property
     def name(self) -> str:
@@ -152,9 +153,10 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         steps_parts, facts, spans, events, rows = [], [], [], None, 0
         if compare == "only":
             kept = [None] * len(parts)        # no second pass to keep the events for
-        compared = []
+        compared, first = [], None
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k, bool(compare)) for p, k in zip(parts, kept)])):
             compared.append(r["compare"])
+            first = P.reduce_bucket_first([first, r["bucket_first"]])
             problems += r["problems"]
             incomplete += r["incomplete"]
             errors += r["errors"]
@@ -188,6 +190,10 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         events = P.combine_events([events])
         events_path = str(Path(scratch) / "events.pkl")
         events.to_pickle(events_path)
+        first_path = None
+        if first is not None:
+            first_path = str(Path(scratch) / "bucket-first.pkl")
+            first.to_pickle(first_path)
         h = headline_steps(steps) if len(steps) else steps
         hsteps = sorted(int(s) for s in h["step"].unique()) if len(h) else []
         comparison = None
@@ -201,7 +207,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
         second, skew = [], None
         for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i],
-                                                    json_dir) for i, p in enumerate(parts)])):
+                                                    json_dir, first_path) for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
             say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
@@ -214,6 +220,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         tables.comparison = comparison
         tables.bucket_json = [r["json"] for r in second]
+        tables.rank_skew = P.combine_lateness([r["lateness"] for r in second])
         return tables
 
 

@@ -77,7 +77,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     index), ``summary`` and ``steps`` (the step table in step order). These are the values the
     dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
     opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios.
-    Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone.
+    Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
+    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness).
     ``sig``: the run's signature taken before summarizing; nothing is written when the files changed
     since, or while the run is recording. False when nothing was written."""
     run_dir = Path(run_dir)
@@ -92,6 +93,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     kept = [cache.put("summary", tables.summary), cache.put("steps", steps)]
     if tables.spans is not None:     # not needed to open the run: each step is then read from the start
         cache.put("spans", tables.spans)
+    if tables.rank_skew is not None:     # Ratios' rank × step lateness map (a note without it)
+        cache.put("rank_skew", tables.rank_skew)
     # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
     return all(kept) and cache.put("facts", tables.facts)
 
