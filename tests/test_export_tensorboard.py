@@ -210,3 +210,53 @@ def test_tensorboard_serves_export_and_profiler_views(tmp_path):
         ops = get_json(base, f"{prof}/distributed/commops", run="ddp-a", worker="All", span=span)
         rows = ops["data"]["rank-0"]["rows"]
         assert rows[0][0] == "gloo:all_reduce" and rows[0][1] >= 2 * 2   # ≥ 2 buckets × 2 steps
+
+
+def _events_of(out: Path) -> dict:
+    """Every scalar, histogram and text of an export, exactly (wall times included)."""
+    ea = accumulate(out)
+    tags = ea.Tags()
+    got = {("scalar", t): [(e.step, e.wall_time, e.value) for e in ea.Scalars(t)] for t in tags["scalars"]}
+    for t in tags["histograms"]:
+        got[("hist", t)] = [(e.step, e.wall_time, str(e.histogram_value)) for e in ea.Histograms(t)]
+    got[("text",)] = ea.Tensors("syncviz/summary/text_summary")[0].tensor_proto.string_val[0].decode()
+    return got
+
+
+@pytest.mark.parametrize("src", ["tests/data/ddp-2rank", "tests/data/straggler", "tests/data/zero2",
+                                 "tests/data/truncated-rank", "sim"])
+def test_export_by_partitions_writes_what_the_whole_run_writes(tmp_path, src):
+    """`syncviz export tensorboard` reads a run by partitions of ranks (one rank each here, so every
+    combination runs): every scalar, histogram (its values in the same order: same sums) and the
+    text are the whole-run export's, wall times included."""
+    import tempfile
+    from click.testing import CliRunner
+    from syncviz.analysis.partitioned import summarize
+    from syncviz.cli import cli
+    if src == "sim":
+        run_dir = tmp_path / "sim"
+        r = CliRunner().invoke(cli, ["simulate", "--model", "gpt2-medium", "--world-size", "5", "--steps", "4",
+                                     "--straggler", "2:0.3", "--out", str(run_dir)])
+        assert r.exit_code == 0, r.output
+    else:
+        run_dir = Path(__file__).parent.parent / src
+    whole = _events_of(write_tensorboard(load_run(run_dir), tmp_path / "whole"))
+    with tempfile.TemporaryDirectory() as d:
+        part = _events_of(write_tensorboard(summarize(run_dir, jobs=1, target_events=1, export_dir=d),
+                                            tmp_path / "part"))
+    assert part.keys() == whole.keys()
+    for k in whole:
+        assert part[k] == whole[k], k
+    if src != "tests/data/zero2":
+        assert any(k[0] == "hist" for k in whole)
+
+
+def test_export_command_by_partitions_and_whole(tmp_path):
+    from click.testing import CliRunner
+    from syncviz.cli import cli
+    run_dir = make_ddp_run(tmp_path / "runs" / "r", straggler=1, straggle_ms=3)
+    for how in ([], ["--whole"]):
+        r = CliRunner().invoke(cli, ["export", "tensorboard", str(run_dir), "--logdir", str(tmp_path / f"tb{len(how)}"),
+                                     "--jobs", "2", *how])
+        assert r.exit_code == 0, r.output
+    assert _events_of(tmp_path / "tb0" / "r") == _events_of(tmp_path / "tb1" / "r")

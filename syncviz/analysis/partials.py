@@ -56,7 +56,7 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
         ev.to_pickle(keep)
     out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
            "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": span_table(index),
-           "compare": None, "bucket_first": None}
+           "compare": None, "bucket_first": None, "step_first": None, "bucket_steps": None}
     if ev is None:
         return out
     out["rows"] = len(ev)
@@ -70,6 +70,9 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     if compare:
         out["compare"] = CM.partial(ev, comm)
     out["bucket_first"] = bucket_first(comm)
+    # for the TensorBoard export: each step's first start (its wall time) and the steps with buckets
+    out["step_first"] = ev[(ev["kind"] == S.STEP).to_numpy()].groupby("step")["start_ns"].min()
+    out["bucket_steps"] = np.unique(comm.loc[(comm["kind"] == S.BUCKET).to_numpy(), "step"].to_numpy())
     if len(comm):
         c = Q.occurrences(comm)
         out["events"] = c.groupby(Q.EVENT_KEY, observed=True, sort=False)["launch_ns"].agg(["min", "max", "size"])
@@ -184,12 +187,15 @@ def _events(path: str) -> pd.DataFrame:
 
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
-          kept: str | None = None, json_dir: str | None = None, first_path: str | None = None) -> dict:
+          kept: str | None = None, json_dir: str | None = None, first_path: str | None = None,
+          export: dict | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
     to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
     copy of the partition's events; ``json_dir``: write the partition's bucket rows there as JSON
     text (``syncviz summary --json``: analysis.jsonrows); ``first_path``: every bucket's earliest
-    launch over all ranks (pass 1's bucket_first, pickled), for the rank × step lateness."""
+    launch over all ranks (pass 1's bucket_first, pickled), for the rank × step lateness;
+    ``export``: {"dir": where the TensorBoard export's pieces go, "head": the first bucket step of
+    tables.bucket_table's headline (None: every step)}."""
     if kept is not None and Path(kept).exists():
         ev = pd.read_pickle(kept)
         Path(kept).unlink()
@@ -199,7 +205,8 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
-           "strag_steps": set(), "strag": None, "json": None, "lateness": None}
+           "strag_steps": set(), "strag": None, "json": None, "lateness": None, "tb_first": None, "tb_medians": None,
+           "histograms": None}
     if ev is None or not len(ev):
         return out
     joined = events["last"].astype(float)
@@ -207,6 +214,8 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     tag = f"{part}"
     first = pd.read_pickle(first_path) if first_path is not None else None
     out["lateness"] = rank_step_lateness(comm, events, first)
+    if export is not None:
+        _export_pieces(out, comm, export, tag)
     if json_dir is not None:
         out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", bucket_rows(comm))
     if len(comm):
@@ -242,6 +251,46 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
                                        "ms": ((off["end_ns"] - off["start_ns"]) / 1e6).to_numpy()})
     out["offload_n"] = ev[ev["step"].isin(hsteps) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups
     return out
+
+
+BUCKET_TABLE_MEDIANS = ["duration_ns", "queue_ns", "wait_peers_ns", "launch_delay_ns", "exposed_ns", "busbw_gbps"]
+HISTOGRAMS = ["duration_ns", "queue_ns", "exposed_ns", "launch_delay_ns"]
+
+
+def _export_pieces(out: dict, comm: pd.DataFrame, export: dict, tag: str) -> None:
+    """What the TensorBoard export needs of these ranks' bucket rows: tables.bucket_table's per-bucket
+    first op, largest bytes and count, its medians (spilled), and every step's values for the
+    histograms (spilled by step, rows in the whole run's order)."""
+    b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
+    if not len(b):
+        return
+    head = b if export["head"] is None else b[b["step"] > export["head"]]
+    if len(head):
+        out["tb_first"] = head.groupby("bucket", sort=True).agg(op=("op", "first"), bytes=("bytes", "max"),
+                                                                 count=("duration_ns", "size"))
+        out["tb_medians"] = spill.write_piece(export["dir"], f"bt-{tag}", head, ["bucket"], BUCKET_TABLE_MEDIANS)
+    out["histograms"] = spill.write_piece(export["dir"], f"h-{tag}", b, ["step"], HISTOGRAMS)
+
+
+def combine_bucket_table(second: list[dict]) -> pd.DataFrame:
+    """tables.bucket_table (per bucket, headline steps) from pass 2's export pieces."""
+    cols = ["bucket", "op", "bytes", "count", "duration_ns", "queue_ns", "wait_peers_ns", "launch_delay_ns",
+            "exposed_ns", "busbw_gbps"]
+    firsts = [r["tb_first"] for r in second if r["tb_first"] is not None]
+    if not firsts:
+        return pd.DataFrame(columns=cols)
+    g = pd.concat(firsts).groupby(level=0, sort=True)
+    out = pd.DataFrame({"op": g["op"].first(), "bytes": g["bytes"].max(), "count": g["count"].sum()})
+    out = out.join(spill.group_medians([r["tb_medians"] for r in second], ["bucket"], BUCKET_TABLE_MEDIANS))
+    out.index.name = "bucket"
+    return out.reset_index()[cols]
+
+
+def reduce_step_first(parts: list) -> pd.Series | None:
+    parts = [p for p in parts if p is not None and len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return pd.concat(parts).groupby(level=0).min()
 
 
 def bucket_rows(comm: pd.DataFrame) -> pd.DataFrame:

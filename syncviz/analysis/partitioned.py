@@ -62,6 +62,7 @@ class SummaryTables:
     comparison: dict | None = None              # analysis.comparison's measured numbers (summarize(compare=True))
     bucket_json: list = field(default_factory=list)   # summarize(json_dir=): files of bucket rows (jsonrows)
     rank_skew: pd.DataFrame | None = None       # metrics.lateness_matrix of the run (the dashboard's rank_skew)
+    export: dict | None = None                  # summarize(export_dir=): the TensorBoard export's inputs
 
     @property
     def name(self) -> str:
@@ -113,13 +114,14 @@ def measure(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVE
 
 def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
               executor=None, scratch: str | None = None, compare: bool | str = False,
-              json_dir: str | None = None) -> SummaryTables:
+              json_dir: str | None = None, export_dir: str | None = None) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
     process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
     Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
     scratch files go (workers must reach it; default: the system temp dir); ``compare``: also
     measure what ``syncviz compare`` shows (SummaryTables.comparison); ``json_dir``: write every
-    bucket row there as JSON text (SummaryTables.bucket_json, in rank order; ``summary --json``).
+    bucket row there as JSON text (SummaryTables.bucket_json, in rank order; ``summary --json``);
+    ``export_dir``: what the TensorBoard export needs (SummaryTables.export; its pieces stay there).
     Raises TraceError like read.open_run."""
     run_dir = Path(run_dir)
     meta = R.read_meta(run_dir)
@@ -134,18 +136,18 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     say = progress or (lambda msg: None)
     if executor is not None:
         return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch,
-                          own=False, compare=compare, json_dir=json_dir)
+                          own=False, compare=compare, json_dir=json_dir, export_dir=export_dir)
     pool = _pool(jobs)
     try:
         return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch,
-                          compare=compare, json_dir=json_dir)
+                          compare=compare, json_dir=json_dir, export_dir=export_dir)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 
 def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True,
-               compare=False, json_dir=None) -> SummaryTables:
+               compare=False, json_dir=None, export_dir=None) -> SummaryTables:
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
@@ -153,10 +155,13 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         steps_parts, facts, spans, events, rows = [], [], [], None, 0
         if compare == "only":
             kept = [None] * len(parts)        # no second pass to keep the events for
-        compared, first = [], None
+        compared, first, step_first, bucket_steps = [], None, None, set()
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k, bool(compare)) for p, k in zip(parts, kept)])):
             compared.append(r["compare"])
             first = P.reduce_bucket_first([first, r["bucket_first"]])
+            step_first = P.reduce_step_first([step_first, r["step_first"]])
+            if r["bucket_steps"] is not None:
+                bucket_steps.update(int(x) for x in r["bucket_steps"])
             problems += r["problems"]
             incomplete += r["incomplete"]
             errors += r["errors"]
@@ -206,8 +211,11 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                             world_size=_world(meta, max_rank), comparison=comparison)
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
         second, skew = [], None
+        export = None
+        if export_dir is not None:     # tables.bucket_table's headline: bucket steps after the first
+            export = {"dir": export_dir, "head": min(bucket_steps) if len(bucket_steps) > 1 else None}
         for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i],
-                                                    json_dir, first_path) for i, p in enumerate(parts)])):
+                                                    json_dir, first_path, export) for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
             say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
@@ -221,6 +229,10 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.comparison = comparison
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = P.combine_lateness([r["lateness"] for r in second])
+        if export is not None:
+            tables.export = {"bucket_table": P.combine_bucket_table(second),
+                             "histograms": [r["histograms"] for r in second],
+                             "step_first": step_first if step_first is not None else pd.Series(dtype=np.int64)}
         return tables
 
 

@@ -72,3 +72,19 @@ def group_medians(pieces: list[Piece | None], keys: list[str], cols) -> pd.DataF
     else:
         index = pd.RangeIndex(len(groups))
     return pd.DataFrame(out, index=index, columns=cols)
+
+
+def group_values(pieces: list[Piece | None]):
+    """(group key, values: columns × rows) for every group over all partitions' pieces, groups in
+    sorted order, each group's rows in piece order (a partition of lower ranks first: the row order
+    of the whole run's table), one group in memory at a time."""
+    pieces = [p for p in pieces if p is not None]
+    where: dict[tuple, list[tuple[int, int, int]]] = {}
+    arrays = []
+    for i, p in enumerate(pieces):
+        arrays.append(np.load(p.path, mmap_mode="r"))
+        ends = np.cumsum(p.counts)
+        for k, a, b in zip(p.groups, ends - p.counts, ends):
+            where.setdefault(k, []).append((i, int(a), int(b)))
+    for k in sorted(where):
+        yield k, np.concatenate([arrays[i][:, a:b] for i, a, b in where[k]], axis=1)

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import click
@@ -60,19 +61,26 @@ def export_group():
               help="TensorBoard log directory; each run becomes its sub-directory.")
 @click.option("--no-profiler", is_flag=True,
               help="Do not copy the run's torch.profiler traces (<run>/profiler/) into the logdir.")
-def tensorboard_command(runs, logdir, no_profiler):
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Worker processes per run, one partition of ranks each at a time [CPU count].")
+@click.option("--whole", is_flag=True, help="Load each run into memory at once (same event files' numbers; memory "
+              "grows with the run). Default: by partitions of ranks, as `syncviz summary`.")
+def tensorboard_command(runs, logdir, no_profiler, jobs, whole):
     """Per-step scalars, bucket histograms, a summary table and a custom-scalars layout.
 
     Several RUNS (or a directory holding runs) go into one logdir to compare them:
     tensorboard --logdir DIR.
     """
+    from syncviz.analysis.partitioned import summarize
     from syncviz.views.export.tensorboard import write_tensorboard
 
     Path(logdir).mkdir(parents=True, exist_ok=True)
     for path in _runs(runs):
-        run = load_run(path)
-        warn_problems(run)
-        out = write_tensorboard(run, logdir, copy_profiler=not no_profiler)
+        with tempfile.TemporaryDirectory(prefix="syncviz-tb-") as scratch:
+            # by partitions of ranks: the histograms' values wait in scratch files, one step read at a time
+            run = load_run(path) if whole else summarize(path, jobs=jobs, export_dir=scratch)
+            warn_problems(run)
+            out = write_tensorboard(run, logdir, copy_profiler=not no_profiler)
         profiled = sorted(out.glob("*.pt.trace.json*"))
         note = f" (+{len(profiled)} profiler traces)" if profiled else ""
         click.echo(f"{path} -> {out}{note}")

@@ -18,6 +18,9 @@ import pandas as pd
 
 from syncviz import analysis as A
 from syncviz.trace import schema as S
+from syncviz.analysis import partials as P_
+from syncviz.analysis import spill as S_
+from syncviz.analysis.partitioned import SummaryTables
 from syncviz.trace import Run
 from syncviz.views import palette as P
 
@@ -85,16 +88,31 @@ def run_label(run: Run) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(run.name)).strip("._") or "run"
 
 
-def _walltimes(run: Run, steps: pd.Series) -> dict[int, float] | None:
-    """Wall-clock seconds of each step's start (run start + aligned clock), or None when the run
-    has no parseable start time. TensorBoard's "relative" axis then shows training time."""
+def _walltimes(meta: dict, first: pd.Series, steps: pd.Series) -> dict[int, float] | None:
+    """Wall-clock seconds of each step's start (run start + aligned clock; ``first``: each step's
+    earliest start of a step row), or None when the run has no parseable start time. TensorBoard's
+    "relative" axis then shows training time."""
     try:
-        created = datetime.datetime.fromisoformat(str(run.meta.get("created"))).timestamp()
+        created = datetime.datetime.fromisoformat(str(meta.get("created"))).timestamp()
     except ValueError:
         return None
-    ev = run.events[run.events["kind"] == S.STEP]
-    first = ev.groupby("step")["start_ns"].min()
     return {int(s): created + float(first.get(s, 0)) * 1e-9 for s in steps}
+
+
+def _inputs(run: Run | SummaryTables) -> dict:
+    """What the export writes: from a loaded run, or from summarize(..., export_dir=) (a run of any
+    size by partitions of ranks; the same numbers, and the histograms' values in the same order)."""
+    if isinstance(run, SummaryTables):
+        x = run.export
+        hist = ((int(k[0]), dict(zip(P_.HISTOGRAMS, values))) for k, values in S_.group_values(x["histograms"]))
+        return {"steps": run.step_table, "per_rank": run.steps, "histograms": hist, "first": x["step_first"],
+                "summary": run.summary, "buckets": x["bucket_table"]}
+    comm = A.bucket_metrics(run)
+    ev = run.events[run.events["kind"] == S.STEP]
+    hist = ((int(step), {c: g[c].to_numpy() for c in P_.HISTOGRAMS}) for step, g in comm.groupby("step", sort=True))
+    return {"steps": A.step_table(run), "per_rank": A.step_metrics(run), "histograms": hist,
+            "first": ev.groupby("step")["start_ns"].min(), "summary": A.run_summary(run),
+            "buckets": A.bucket_table(run)}
 
 
 def _markdown_table(rows: list[tuple[str, str]], header=("metric", "value")) -> str:
@@ -103,7 +121,7 @@ def _markdown_table(rows: list[tuple[str, str]], header=("metric", "value")) -> 
     return "\n".join(lines)
 
 
-def summary_markdown(run: Run, summary: dict, buckets: pd.DataFrame) -> str:
+def summary_markdown(run: Run | SummaryTables, summary: dict, buckets: pd.DataFrame) -> str:
     """The text tab: run facts, headline numbers (analysis.run_summary) and the bucket table."""
     meta = run.meta
     ddp = meta.get("ddp") or {}
@@ -129,8 +147,9 @@ def summary_markdown(run: Run, summary: dict, buckets: pd.DataFrame) -> str:
     return "\n".join(text)
 
 
-def write_tensorboard(run: Run, logdir: str | Path, copy_profiler: bool = True) -> Path:
-    """Write ``run`` as TensorBoard run ``<logdir>/<run name>``; returns that directory."""
+def write_tensorboard(run: Run | SummaryTables, logdir: str | Path, copy_profiler: bool = True) -> Path:
+    """Write ``run`` (a loaded run, or summarize(..., export_dir=)'s tables) as TensorBoard run
+    ``<logdir>/<run name>``; returns that directory."""
     from torch.utils.tensorboard import SummaryWriter
 
     out = Path(logdir) / run_label(run)
@@ -139,10 +158,9 @@ def write_tensorboard(run: Run, logdir: str | Path, copy_profiler: bool = True) 
     for old in [*out.glob("events.out.tfevents.*"), *out.glob("*.pt.trace.json*")]:
         old.unlink()
 
-    steps = A.step_table(run)
-    per_rank = A.step_metrics(run)
-    comm = A.bucket_metrics(run)
-    wall = _walltimes(run, steps["step"]) if len(steps) else None
+    x = _inputs(run)
+    steps, per_rank = x["steps"], x["per_rank"]
+    wall = _walltimes(run.meta, x["first"], steps["step"]) if len(steps) else None
 
     writer = SummaryWriter(log_dir=str(out))
     try:
@@ -163,20 +181,17 @@ def write_tensorboard(run: Run, logdir: str | Path, copy_profiler: bool = True) 
             for tag, col in RANK_SCALARS:
                 writer.add_scalar(f"{tag}/rank-{row.rank}", getattr(row, col) * 1e-6, int(row.step),
                                   walltime=wt)
-        for step, g in comm.groupby("step", sort=True):
+        for step, g in x["histograms"]:         # one step's bucket rows over all ranks, in rank order
             wt = wall.get(int(step)) if wall else None
             # duration = service time (analysis.queueing); queue beside it
-            for tag, col in (("buckets/duration_ms", "duration_ns"), ("buckets/queue_ms", "queue_ns")):
-                v = g[col].dropna().to_numpy()
-                if len(v):
+            for tag, col in (("buckets/duration_ms", "duration_ns"), ("buckets/queue_ms", "queue_ns"),
+                             ("buckets/exposed_ms", "exposed_ns"), ("buckets/launch_delay_ms", "launch_delay_ns")):
+                v = np.asarray(g[col], dtype=float)
+                v = v[~np.isnan(v)]
+                if len(v) or col == "exposed_ns":
                     writer.add_histogram(tag, v / 1e6, int(step), walltime=wt)
-            writer.add_histogram("buckets/exposed_ms", g["exposed_ns"].to_numpy() / 1e6, int(step),
-                                 walltime=wt)
-            delay = g["launch_delay_ns"].dropna().to_numpy()
-            if len(delay):
-                writer.add_histogram("buckets/launch_delay_ms", delay / 1e6, int(step), walltime=wt)
-        summary = A.run_summary(run)
-        writer.add_text("syncviz/summary", summary_markdown(run, summary, A.bucket_table(run)), 0)
+        summary = x["summary"]
+        writer.add_text("syncviz/summary", summary_markdown(run, summary, x["buckets"]), 0)
         writer.add_custom_scalars(LAYOUT)
     finally:
         writer.close()
