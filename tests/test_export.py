@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 from syncviz import analysis as A
 from syncviz.trace import schema as S
@@ -261,3 +262,32 @@ def test_cli_bad_input_is_one_line(ddp_run, tmp_path, args, message):
     r = syncviz("export", *(a.format(**fill) for a in args))
     assert r.returncode != 0
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("src", ["tests/data/straggler", "tests/data/zero2", "tests/data/truncated-rank", "sim"])
+def test_html_report_by_partitions_is_the_whole_runs(tmp_path, src):
+    """`syncviz export html` reads a run by partitions of ranks (one rank each here) and only the
+    timeline's steps from the rank files: the same page, byte for byte, as from the whole run (the
+    simulated run has 20 ranks, so its timeline shows the representative ones)."""
+    import tempfile
+    from click.testing import CliRunner
+    from syncviz.analysis.partitioned import summarize
+    from syncviz.cli import cli
+    if src == "sim":
+        run_dir = tmp_path / "sim"
+        r = CliRunner().invoke(cli, ["simulate", "--model", "gpt2-medium", "--world-size", "20", "--steps", "4",
+                                     "--straggler", "2:0.3", "--out", str(run_dir)])
+        assert r.exit_code == 0, r.output
+    else:
+        run_dir = Path(__file__).parent.parent / src
+    whole = html_report(load_run(run_dir))
+    with tempfile.TemporaryDirectory() as d:
+        part = html_report(summarize(run_dir, jobs=1, target_events=1, export_dir=d))
+    assert part == whole
+    if src in ("sim", "tests/data/straggler"):
+        assert 'id="chart-skew"' in whole and 'id="chart-buckets"' in whole
+    if src == "sim":
+        assert "rank that launches last" in whole
+    r = CliRunner().invoke(cli, ["export", "html", str(run_dir), "-o", str(tmp_path / "r.html"), "--jobs", "2"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "r.html").read_text(encoding="utf-8") == whole

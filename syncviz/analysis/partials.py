@@ -123,13 +123,14 @@ def reduce_bucket_first(parts: list) -> pd.Series | None:
 def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None) -> pd.DataFrame | None:
     """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
     (launch − the earliest launch of the same bucket, or of the same collective in a step without
-    buckets, among all ranks): metrics.lateness_matrix's mean from partitions (integer sums: exact)."""
+    buckets, among all ranks), and whether they are of buckets (a step's rows are all buckets or
+    all collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact)."""
     parts = []
     if first is not None:
         b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
         idx = first.index.get_indexer(pd.MultiIndex.from_frame(b[LATE_KEY]))
         parts.append(pd.DataFrame({"rank": b["rank"].to_numpy(), "step": b["step"].to_numpy(),
-                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx]}))
+                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx], "buckets": True}))
     rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
     if first is not None and len(rows):
         rows = rows[~rows["step"].isin(first.index.get_level_values("step").unique())]
@@ -137,20 +138,24 @@ def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Serie
         c = Q.occurrences(rows)
         ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
         parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
-                                   "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id]}))
+                                   "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id],
+                                   "buckets": False}))
     if not parts:
         return None
     late = pd.concat(parts, ignore_index=True)
-    g = late.groupby(["rank", "step"])["late_ns"]
-    return pd.DataFrame({"sum": g.sum(), "count": g.size()})
+    g = late.groupby(["rank", "step"])
+    return pd.DataFrame({"sum": g["late_ns"].sum(), "count": g.size(), "buckets": g["buckets"].first()})
 
 
-def combine_lateness(parts: list) -> pd.DataFrame:
-    """metrics.lateness_matrix (rank × step mean lateness) from every partition's rank_step_lateness."""
+def combine_lateness(parts: list, buckets_only: bool = False) -> pd.DataFrame:
+    """metrics.lateness_matrix (rank × step mean lateness) from every partition's rank_step_lateness;
+    ``buckets_only``: of the buckets alone (metrics.rank_step_skew)."""
     parts = [p for p in parts if p is not None and len(p)]
-    if not parts:
+    t = pd.concat(parts) if parts else None          # each (rank, step) lies in one partition
+    if t is not None and buckets_only:
+        t = t[t["buckets"].to_numpy(dtype=bool)]
+    if t is None or not len(t):
         return pd.DataFrame()
-    t = pd.concat(parts)           # each (rank, step) lies in one partition
     mean = (t["sum"] / t["count"]).rename("late_ns").reset_index()
     return lateness_matrix(mean)
 

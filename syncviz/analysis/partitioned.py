@@ -62,7 +62,7 @@ class SummaryTables:
     comparison: dict | None = None              # analysis.comparison's measured numbers (summarize(compare=True))
     bucket_json: list = field(default_factory=list)   # summarize(json_dir=): files of bucket rows (jsonrows)
     rank_skew: pd.DataFrame | None = None       # metrics.lateness_matrix of the run (the dashboard's rank_skew)
-    export: dict | None = None                  # summarize(export_dir=): the TensorBoard export's inputs
+    export: dict | None = None                  # summarize(export_dir=): the TensorBoard and HTML exports' inputs
 
     @property
     def name(self) -> str:
@@ -231,6 +231,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.rank_skew = P.combine_lateness([r["lateness"] for r in second])
         if export is not None:
             tables.export = {"bucket_table": P.combine_bucket_table(second),
+                             "bucket_skew": P.combine_lateness([r["lateness"] for r in second], buckets_only=True),
                              "histograms": [r["histograms"] for r in second],
                              "step_first": step_first if step_first is not None else pd.Series(dtype=np.int64)}
         return tables

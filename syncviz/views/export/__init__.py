@@ -29,12 +29,16 @@ def _runs(paths: tuple[str, ...]) -> list[Path]:
     return found
 
 
-def _one_run(path: str):
+def _one_path(path: str) -> Path:
     runs = _runs((path,))
     if len(runs) > 1:
         raise click.UsageError(f"{path} holds {len(runs)} runs; name one of them "
                                f"(e.g. {runs[0]})")
-    run = load_run(runs[0])
+    return runs[0]
+
+
+def _one_run(path: str):
+    run = load_run(_one_path(path))
     warn_problems(run)
     return run
 
@@ -150,11 +154,22 @@ def parse_steps(spec: str) -> tuple[int, int]:
 @click.option("-o", "--output", required=True, help="report.html")
 @click.option("--timeline-steps", default=3, show_default=True, type=click.IntRange(1),
               help="How many steps the timeline shows.")
-def html_command(run, output, timeline_steps):
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Worker processes, one partition of ranks each at a time [CPU count].")
+@click.option("--whole", is_flag=True, help="Load the run into memory at once (the same report; memory grows with "
+              "the run). Default: by partitions of ranks, as `syncviz summary`; the timeline's steps are read alone.")
+def html_command(run, output, timeline_steps, jobs, whole):
     """One self-contained HTML file (no server, works offline): summary, timeline, charts."""
     from syncviz.views.export.report import write_html
 
     out = _output(output, (".html", ".htm"))
-    r = _one_run(run)
-    write_html(r, out, timeline_steps=timeline_steps)
+    if whole:
+        write_html(_one_run(run), out, timeline_steps=timeline_steps)
+    else:
+        from syncviz.analysis.partitioned import summarize
+        path = _one_path(run)
+        with tempfile.TemporaryDirectory(prefix="syncviz-html-") as scratch:
+            tables = summarize(path, jobs=jobs, export_dir=scratch)    # by partitions of ranks
+            warn_problems(tables)
+            write_html(tables, out, timeline_steps=timeline_steps)
     click.echo(f"{out} ({out.stat().st_size / 1e6:.2f} MB)")

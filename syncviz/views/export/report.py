@@ -15,8 +15,10 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from syncviz import analysis as A
-from syncviz.trace import Run
+from syncviz.analysis.partitioned import SummaryTables
+from syncviz.trace import Run, load_run
 from syncviz.trace import schema as S
+from syncviz.trace import spans as SP
 from syncviz.views import palette as P
 from syncviz.views import timeline as TLV
 
@@ -25,19 +27,21 @@ CONFIG = {"displaylogo": False, "responsive": True}
 AGGREGATE_ABOVE = 16     # ranks: above this, the timeline shows real representative ranks, as the dashboard does
 
 
-def timeline_figure(run: Run, steps: list[int]) -> dict:
+def timeline_figure(run: Run, steps: list[int], ranks: list[int] | None = None) -> dict:
     """The dashboard's timeline (syncviz/views/timeline.py) over the chosen steps: every rank up
-    to AGGREGATE_ABOVE ranks, else the fastest, median and slowest rank and the one that launches last."""
+    to AGGREGATE_ABOVE ranks, else the fastest, median and slowest rank and the one that launches last.
+    ``run``: a loaded run, or one holding those steps only (``ranks``: then every rank of the run)."""
     ev = run.events
     ev = ev[ev["step"].isin(steps)]
     comp, comm, exposed = A.compute_intervals(ev), A.comm_metrics(ev, kinds=S.COMM_KINDS), A.exposed_intervals(ev)
-    ranks, labels = list(run.ranks), {}
+    every = list(run.ranks) if ranks is None else list(ranks)
+    ranks, labels = every, {}
     what = f"{len(ranks)} ranks"
     if len(ranks) > AGGREGATE_ABOVE:
         picks = A.representative_ranks(A.step_metrics(ev), A.sync_lateness(ev))
         ranks = [r for r, _ in picks]
         labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
-        what = f"{len(run.ranks)} ranks, shown: fastest, median and slowest step and the rank that launches last"
+        what = f"{len(every)} ranks, shown: fastest, median and slowest step and the rank that launches last"
     fig = TLV.timeline_figure(comp, comm, exposed, ranks=ranks, labels=labels, t0=TLV.step_origin(comp, comm),
                               title=f"Timeline, step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} ({what})",
                               params=TLV.bucket_param_labels(A.bucket_map(run.layouts)),
@@ -101,7 +105,7 @@ def _fmt(v, digits=3) -> str:
     return html.escape(str(v))
 
 
-def summary_html(run: Run, s: dict) -> str:
+def summary_html(run: Run | SummaryTables, s: dict) -> str:
     m = run.meta
     ddp = m.get("ddp") or {}
     facts = [("strategy", s["strategy"]), ("engine", s["engine"]), ("world size", s["world_size"]),
@@ -126,18 +130,26 @@ th{text-align:left;font-weight:500;color:#555;padding:2px 12px 2px 0}td{text-ali
 .problems{color:#b00}.chart{margin-top:18px}"""
 
 
-def html_report(run: Run, timeline_steps: int = 3) -> str:
-    """The report as one HTML string with plotly.js inlined."""
-    summary = A.run_summary(run)
-    steps = A.step_table(run)
+def html_report(run: Run | SummaryTables, timeline_steps: int = 3) -> str:
+    """The report as one HTML string with plotly.js inlined: of a loaded run, or of
+    summarize(..., export_dir=)'s tables (a run of any size: the timeline's steps are read alone)."""
+    partitioned = isinstance(run, SummaryTables)
+    summary = run.summary if partitioned else A.run_summary(run)
+    steps = run.step_table if partitioned else A.step_table(run)
     shown = (summary["headline_steps"] or sorted(int(s) for s in steps["step"]))[:timeline_steps]
-    figures = [("timeline", timeline_figure(run, shown))]
+    if partitioned:     # only the shown steps are read (no step: step 0's read, filtered to nothing)
+        span = (min(shown), max(shown) + 1) if shown else (0, 1)
+        few = load_run(run.path, steps=span, spans=SP.by_rank(run.spans))
+        timeline = timeline_figure(few, shown, ranks=run.facts["ranks"])
+    else:
+        timeline = timeline_figure(run, shown)
+    figures = [("timeline", timeline)]
     if len(steps):
         figures.append(("steps", steps_figure(steps)))
-    buckets = A.bucket_table(run)
+    buckets = run.export["bucket_table"] if partitioned else A.bucket_table(run)
     if len(buckets):
         figures.append(("buckets", buckets_figure(buckets)))
-    late = A.rank_step_skew(run)
+    late = run.export["bucket_skew"] if partitioned else A.rank_step_skew(run)
     if len(late) > 1:
         figures.append(("skew", skew_figure(late)))
     charts = "".join(
@@ -151,7 +163,7 @@ def html_report(run: Run, timeline_steps: int = 3) -> str:
             f"{charts}</body></html>")
 
 
-def write_html(run: Run, path: str | Path, timeline_steps: int = 3) -> Path:
+def write_html(run: Run | SummaryTables, path: str | Path, timeline_steps: int = 3) -> Path:
     path = Path(path)
     path.write_text(html_report(run, timeline_steps), encoding="utf-8")
     return path
