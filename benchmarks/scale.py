@@ -9,8 +9,9 @@ whole run where it fits and of two steps (``--steps``) at every size.
     python benchmarks/scale.py --baseline /tmp/base   # + the partitioned summary of another checkout
                                                       # (e.g. `git archive main | tar -x -C /tmp/base`)
 
-Each size also times `syncviz compare --json` and `syncviz summary --json` by partitions (the
-default) and with --whole, and checks that both print the same bytes.
+Each size also times `syncviz compare --json`, `syncviz summary --json`, `syncviz export tensorboard`
+and `syncviz export html` by partitions (the default) and with --whole, and checks that both give the
+same bytes (TensorBoard's event files hold their own write times: tests compare their contents).
 
 Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers),
 peak memory (the sum of the resident sizes of the process and its workers, sampled every 50 ms:
@@ -237,6 +238,23 @@ def main() -> None:
         else:
             row("export perfetto (whole run)", n, None, f"not run: > --perfetto-max (~1.6 GB per 10^6 events; "
                 f"~{1.6 * n / 1e6:.0f} GB)")
+        # the other exports, by partitions of ranks (the default) beside --whole where it fits
+        html_new, html_old = root / "report-new.html", root / "report-old.html"
+        for what, cmd, check in (
+                ("export tensorboard", ["export", "tensorboard", str(run), "--logdir", str(root / "tb")], None),
+                ("export html", ["export", "html", str(run), "-o"], (html_new, html_old))):
+            part = measure([PY, "-m", "syncviz", *cmd, *([str(html_new)] if check else []), *jobs], args.timeout,
+                           cwd=str(HERE))
+            if n <= args.whole_max:
+                whole = measure([PY, "-m", "syncviz", *cmd, *([str(html_old)] if check else []), "--whole"],
+                                args.timeout, cwd=str(HERE))
+                row(f"{what} --whole", n, whole)
+                same = ("; same file: " + ("yes" if part["status"] == whole["status"] == "ok"
+                                            and html_new.read_bytes() == html_old.read_bytes() else "NO")) if check else ""
+                row(f"{what} (partitioned)", n, part, f"{whole['peak_gb'] / max(part['peak_gb'], 1e-9):.1f}x less "
+                    f"memory{same}")
+            else:
+                row(f"{what} (partitioned)", n, part)
         mid = shape(size)[1] // 2          # two steps from the middle: the reader stops after them
         m = measure(export + ["--steps", f"{mid}:{mid + 2}"], args.timeout)
         row(f"export perfetto --steps {mid}:{mid + 2}", 2 * n // shape(size)[1], m, "events of those 2 steps")
