@@ -120,22 +120,28 @@ def reduce_bucket_first(parts: list) -> pd.Series | None:
     return pd.concat(parts).groupby(level=list(range(len(LATE_KEY)))).min()
 
 
-def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None) -> pd.DataFrame | None:
+def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
+                       occ: pd.DataFrame | None = None) -> pd.DataFrame | None:
     """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
     (launch − the earliest launch of the same bucket, or of the same collective in a step without
     buckets, among all ranks), and whether they are of buckets (a step's rows are all buckets or
-    all collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact)."""
+    all collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact). ``occ``:
+    Q.occurrences of comm's wire rows when the caller has it (its collective rows are numbered as
+    the collectives alone would be: kind is part of the identity)."""
     parts = []
     if first is not None:
         b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
         idx = first.index.get_indexer(pd.MultiIndex.from_frame(b[LATE_KEY]))
         parts.append(pd.DataFrame({"rank": b["rank"].to_numpy(), "step": b["step"].to_numpy(),
                                    "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx], "buckets": True}))
-    rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
-    if first is not None and len(rows):
-        rows = rows[~rows["step"].isin(first.index.get_level_values("step").unique())]
-    if len(rows):
-        c = Q.occurrences(rows)
+    if occ is None:
+        rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
+        c = Q.occurrences(rows) if len(rows) else rows
+    else:
+        c = occ[(occ["kind"] != S.BUCKET).to_numpy()]
+    if first is not None and len(c):
+        c = c[~c["step"].isin(first.index.get_level_values("step").unique()).to_numpy()]
+    if len(c):
         ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
         parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
                                    "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id],
@@ -218,13 +224,17 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
     tag = f"{part}"
     first = pd.read_pickle(first_path) if first_path is not None else None
-    out["lateness"] = rank_step_lateness(comm, events, first)
+    is_wire = wire_mask(comm) if len(comm) else np.zeros(0, dtype=bool)
+    wire = comm[is_wire]
+    # occurrence numbers of every wire row, once: a step's rows are numbered alone (whole identity
+    # groups), so the headline steps' rows of it are exactly occurrences(hw) (the stragglers)
+    occ = Q.occurrences(wire) if len(wire) else None
+    out["lateness"] = rank_step_lateness(comm, events, first, occ)
     if export is not None:
         _export_pieces(out, comm, export, tag)
     if json_dir is not None:
         out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", bucket_rows(comm))
     if len(comm):
-        wire = comm[wire_mask(comm)]
         hw = wire[wire["step"].isin(hsteps)]
         out["n_hw"] = len(hw)
         out["hw"] = spill.write_piece(scratch, f"hw-{tag}", hw, [], ["busbw_gbps", "service_ns", "queue_ns"])
@@ -235,7 +245,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
             out["exposed"] = exposed_by_identity(hw)
             out["exposed_total"] = int(hw["exposed_ns"].sum())
             out["rank_steps"] = hw[["rank", "step"]].drop_duplicates().shape[0]
-            _stragglers(out, hw, events, scratch, tag)
+            _stragglers(out, hw, events, scratch, tag, occ[occ["step"].isin(hsteps).to_numpy()])
         buckets = comm[(comm["kind"] == S.BUCKET) & comm["step"].isin(hsteps)]
         if len(buckets):
             out["buckets"] = spill.write_piece(scratch, f"b-{tag}", buckets, ["layout", "bucket"], BUCKET_MEDIANS)
@@ -304,9 +314,11 @@ def bucket_rows(comm: pd.DataFrame) -> pd.DataFrame:
     return comm[(comm["kind"] == S.BUCKET).to_numpy()].reset_index(drop=True).drop(columns=["name"])
 
 
-def _stragglers(out: dict, hw: pd.DataFrame, events: pd.DataFrame, scratch: str, tag: str) -> None:
-    """queueing.straggler_table's per-collective counts for these ranks, and their rows (spilled)."""
-    c = Q.occurrences(hw)
+def _stragglers(out: dict, hw: pd.DataFrame, events: pd.DataFrame, scratch: str, tag: str,
+                c: pd.DataFrame | None = None) -> None:
+    """queueing.straggler_table's per-collective counts for these ranks, and their rows (spilled);
+    ``c``: Q.occurrences(hw) when the caller has it."""
+    c = Q.occurrences(hw) if c is None else c
     ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
     first, last, nranks = (events[k].to_numpy() for k in ("first", "last", "ranks"))
     launch = c["launch_ns"].to_numpy(dtype=np.int64)
