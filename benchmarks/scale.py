@@ -66,7 +66,7 @@ t3 = time.perf_counter()
 # a run read one step at a time: what the Replay page starts after each draw (LoadedRun.prefetch_neighbours)
 # while the user looks at the step; then the next step
 run.prefetch_neighbours(mid, keys)
-while run._prefetching:
+while run.read_ahead.busy:
     time.sleep(0.02)
 t4 = time.perf_counter()
 view = run.step_view(mid + 1)

@@ -267,7 +267,8 @@ def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app
     truth = L.LoadedRun("big", big, RC.signature(big))
     truth.disk = RC.RunCache(tmp_path / "nowhere", ())
     keys = ("compute", "comm", "exposed", "steps", "step_spread", "lateness")
-    monkeypatch.setattr(L, "PREFETCH_DELAY_S", 0.0)
+    from syncviz.dashboard.data import readahead
+    monkeypatch.setattr(readahead, "DELAY_S", 0.0)
     from syncviz.dashboard import components as C
     from syncviz.dashboard.pages.replay import draw_step
     old = C._STORE
@@ -280,9 +281,9 @@ def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app
     finally:
         C.set_store(old)
     deadline = time.monotonic() + 60
-    while run._prefetching and time.monotonic() < deadline:
+    while run.read_ahead.busy and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not run._prefetching
+    assert not run.read_ahead.busy
     for s in (at - 1, at + 1):
         assert s in run._steps_cache and run._steps_cache[s].has(keys)
         view = run.step_view(s)
@@ -290,7 +291,7 @@ def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app
             pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
                                           truth.step_view(s).get(key).reset_index(drop=True), check_exact=True)
     truth.prefetch_neighbours(at, keys)          # a run read whole has its blocks instead
-    assert not truth._prefetching
+    assert not truth.read_ahead.busy
     per_step = run._steps_cache[at].rows
     assert per_step > 0
     monkeypatch.setattr(L, "STEP_CACHE_ROWS", 2 * per_step)

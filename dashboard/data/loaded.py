@@ -25,7 +25,8 @@ from syncviz.trace import TraceError
 from syncviz.views import runcache as RC
 
 from syncviz.dashboard.data.stepindex import StepIndex
-from syncviz.dashboard.data.stepview import FOREGROUND, Blocks, StepView
+from syncviz.dashboard.data.readahead import ReadAhead
+from syncviz.dashboard.data.stepview import Blocks, StepView
 
 log = logging.getLogger("syncviz.dashboard")
 
@@ -34,7 +35,6 @@ STEP_CACHE = 128          # per-step views kept per run (play loops stay in cach
 # holds nothing of its own). Measured on the 1,024-rank run: ~150 MB per 416,768-row step with its
 # six tables, so 128 such steps would take ~19 GB; 2M rows keep it near 0.7 GB (benchmarks/scale.py).
 STEP_CACHE_ROWS = 2_000_000
-PREFETCH_DELAY_S = 0.8    # a run read one step at a time: after a draw, before the next step is read
 BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts
 OPEN_DELAY_S = 0.8        # after the first draw, before its events are read (facts cached): see _open_in_background
 
@@ -65,8 +65,7 @@ class LoadedRun:
         self._cache: dict[str, Any] = {}
         self._key_locks: dict[str, threading.Lock] = {}
         self._steps_cache: OrderedDict[int, StepView] = OrderedDict()
-        self._prefetch_at: tuple | None = None     # (step, keys) the prefetch thread works around
-        self._prefetching = False
+        self.read_ahead = ReadAhead(self)
         self.disk = RC.RunCache(path, sig)
         self._open_lock = threading.Lock()
         facts = self.disk.get("facts")
@@ -346,19 +345,6 @@ class LoadedRun:
         is then read from its own bytes, not from the start of each stream."""
         return self._cached("spans", lambda: SP.by_rank(self.disk.get("spans")))
 
-    def prepare(self, step: int, keys: tuple[str, ...]) -> None:
-        """Analyse ``step`` (the tables ``keys``) in a thread now, so that the draw request that
-        follows finds it done: the browser spends ~0.5 s between the slider being set and asking
-        for the figure, and the server would otherwise sit idle through it."""
-        def work():
-            try:
-                view = self.step_view(step)
-                for key in keys:
-                    view.get(key)
-            except Exception:   # the draw callback computes (and reports) it again
-                log.exception("%s: preparing step %s failed", self.name, step)
-        threading.Thread(target=work, name=f"syncviz-prepare-{self.name}", daemon=True).start()
-
     def step_view(self, step: int) -> StepView:
         """One step's replay tables: a slice of its analysed block, else the step alone."""
         if step not in self._step_set:
@@ -380,39 +366,15 @@ class LoadedRun:
         return view
 
     def prefetch_neighbours(self, step: int, keys: tuple[str, ...]) -> None:
-        """A run read one step at a time (``partial``; others have their blocks): analyse the step
-        after ``step`` and then the one before it in a thread, PREFETCH_DELAY_S after the draw, so
-        that Play and the slider's next move find them done. Each later call moves the focus; the
-        thread yields to requests being served (stepview.FOREGROUND)."""
-        if not self.partial:
-            return
-        with self._lock:
-            self._prefetch_at = (int(step), tuple(keys))
-            if self._prefetching:
-                return
-            self._prefetching = True
-        threading.Thread(target=self._prefetch, name=f"syncviz-prefetch-{self.name}", daemon=True).start()
+        """A run read one step at a time: read the steps beside ``step`` ahead (readahead.py)."""
+        if self.partial:
+            self.read_ahead.around(step, keys)
 
-    def _prefetch(self) -> None:
-        time.sleep(PREFETCH_DELAY_S)
-        try:
-            while True:
-                FOREGROUND.wait_idle(timeout=5.0)
-                with self._lock:
-                    at, keys = self._prefetch_at
-                    i = int(np.searchsorted(self.step_list, at))
-                    near = [int(self.step_list[j]) for j in (i + 1, i - 1) if 0 <= j < len(self.step_list)]
-                    todo = [s for s in near if not (s in self._steps_cache and self._steps_cache[s].has(keys))]
-                    if not todo:
-                        self._prefetching = False
-                        return
-                view = self.step_view(todo[0])
-                for key in keys:
-                    view.get(key)
-        except Exception:     # the draw callback computes (and reports) it again
-            log.exception("%s: reading the steps around %s failed", self.name, self._prefetch_at)
-            with self._lock:
-                self._prefetching = False
+    def step_ready(self, step: int, keys) -> bool:
+        """Whether ``step``'s tables ``keys`` are in memory (no read, no analysis needed)."""
+        with self._lock:
+            view = self._steps_cache.get(step)
+        return view is not None and view.has(keys)
 
     def nearest_step(self, step) -> int:
         """``step`` if the run has it, else the closest earlier one (the first when none)."""

@@ -11,6 +11,7 @@ from dash import Input, Output, State, dcc, html
 from syncviz import analysis as A
 
 from syncviz.dashboard import components as C
+from syncviz.dashboard.data.readahead import prepare
 from syncviz.dashboard.figures import timeline as TL
 
 
@@ -105,7 +106,7 @@ STEP_TABLES = {"ranks": ("compute", "comm", "exposed", "step_spread"),
 
 def prepare_first_step(run, mode: str | None = "auto") -> None:
     """Analyse the step the replay opens at in the background (see LoadedRun.prepare)."""
-    run.prepare(run.start_step, STEP_TABLES[choose_lanes(mode or "auto", len(run.ranks))])
+    prepare(run, run.start_step, STEP_TABLES[choose_lanes(mode or "auto", len(run.ranks))])
 
 
 def choose_lanes(mode: str, n_ranks: int) -> str:

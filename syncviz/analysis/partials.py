@@ -13,10 +13,11 @@ import pyarrow as pa
 from syncviz.analysis.headline import exposed_by_identity, top_exposed_rows
 from syncviz.analysis import comparison as CM
 from syncviz.analysis import jsonrows
+from syncviz.analysis import partial_views as PV
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.intervals import comm_rows, wire_mask
-from syncviz.analysis.metrics import _ms, comm_metrics, lateness_matrix, step_metrics
+from syncviz.analysis.metrics import _ms, comm_metrics, step_metrics
 from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
 from syncviz.trace import read as R
 from syncviz.trace import schema as S
@@ -24,7 +25,6 @@ from syncviz.trace import spans as SP
 from syncviz.analysis.columns import as_str
 
 SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
-LATE_KEY = ["step", "micro", "bucket"]        # a gradient bucket matched across ranks (tables.launch_lateness)
 _EVENTS: dict[str, pd.DataFrame] = {}        # per worker process: the run's collectives (pass 2)
 _EVENTS_LOCK = threading.Lock()              # a Dask worker may run several partitions in threads
 
@@ -69,7 +69,7 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     comm = comm_rows(ev)
     if compare:
         out["compare"] = CM.partial(ev, comm)
-    out["bucket_first"] = bucket_first(comm)
+    out["bucket_first"] = PV.bucket_first(comm)
     # for the TensorBoard export: each step's first start (its wall time) and the steps with buckets
     out["step_first"] = ev[(ev["kind"] == S.STEP).to_numpy()].groupby("step")["start_ns"].min()
     out["bucket_steps"] = np.unique(comm.loc[(comm["kind"] == S.BUCKET).to_numpy(), "step"].to_numpy())
@@ -104,66 +104,6 @@ def combine_facts(parts: list[dict], problems: list[str], incomplete: list[int])
     return {"problems": list(problems), "incomplete_ranks": list(incomplete), "ranks": ranks,
             "n_buckets": max(1, top + 1), "steps": steps, "extent_steps": [int(k) for k in ext],
             "extent_ms": [(int(last[k]) - int(first[k])) / 1e6 for k in ext]}
-
-
-def bucket_first(comm: pd.DataFrame) -> pd.Series | None:
-    """Earliest launch of each gradient bucket (step, micro, bucket) among these ranks: the
-    reference tables.launch_lateness measures a bucket's lateness from."""
-    b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
-    return b.groupby(LATE_KEY, observed=True)["launch_ns"].min() if len(b) else None
-
-
-def reduce_bucket_first(parts: list) -> pd.Series | None:
-    parts = [p for p in parts if p is not None and len(p)]
-    if len(parts) <= 1:
-        return parts[0] if parts else None
-    return pd.concat(parts).groupby(level=list(range(len(LATE_KEY)))).min()
-
-
-def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
-                       occ: pd.DataFrame | None = None) -> pd.DataFrame | None:
-    """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
-    (launch − the earliest launch of the same bucket, or of the same collective in a step without
-    buckets, among all ranks), and whether they are of buckets (a step's rows are all buckets or
-    all collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact). ``occ``:
-    Q.occurrences of comm's wire rows when the caller has it (its collective rows are numbered as
-    the collectives alone would be: kind is part of the identity)."""
-    parts = []
-    if first is not None:
-        b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
-        idx = first.index.get_indexer(pd.MultiIndex.from_frame(b[LATE_KEY]))
-        parts.append(pd.DataFrame({"rank": b["rank"].to_numpy(), "step": b["step"].to_numpy(),
-                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx], "buckets": True}))
-    if occ is None:
-        rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
-        c = Q.occurrences(rows) if len(rows) else rows
-    else:
-        c = occ[(occ["kind"] != S.BUCKET).to_numpy()]
-    if first is not None and len(c):
-        c = c[~c["step"].isin(first.index.get_level_values("step").unique()).to_numpy()]
-    if len(c):
-        ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
-        parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
-                                   "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id],
-                                   "buckets": False}))
-    if not parts:
-        return None
-    late = pd.concat(parts, ignore_index=True)
-    g = late.groupby(["rank", "step"])
-    return pd.DataFrame({"sum": g["late_ns"].sum(), "count": g.size(), "buckets": g["buckets"].first()})
-
-
-def combine_lateness(parts: list, buckets_only: bool = False) -> pd.DataFrame:
-    """metrics.lateness_matrix (rank × step mean lateness) from every partition's rank_step_lateness;
-    ``buckets_only``: of the buckets alone (metrics.rank_step_skew)."""
-    parts = [p for p in parts if p is not None and len(p)]
-    t = pd.concat(parts) if parts else None          # each (rank, step) lies in one partition
-    if t is not None and buckets_only:
-        t = t[t["buckets"].to_numpy(dtype=bool)]
-    if t is None or not len(t):
-        return pd.DataFrame()
-    mean = (t["sum"] / t["count"]).rename("late_ns").reset_index()
-    return lateness_matrix(mean)
 
 
 def reduce_events(parts: list) -> pd.DataFrame | None:
@@ -229,11 +169,11 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     # occurrence numbers of every wire row, once: a step's rows are numbered alone (whole identity
     # groups), so the headline steps' rows of it are exactly occurrences(hw) (the stragglers)
     occ = Q.occurrences(wire) if len(wire) else None
-    out["lateness"] = rank_step_lateness(comm, events, first, occ)
+    out["lateness"] = PV.rank_step_lateness(comm, events, first, occ)
     if export is not None:
-        _export_pieces(out, comm, export, tag)
+        PV.export_pieces(out, comm, export, tag)
     if json_dir is not None:
-        out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", bucket_rows(comm))
+        out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", PV.bucket_rows(comm))
     if len(comm):
         hw = wire[wire["step"].isin(hsteps)]
         out["n_hw"] = len(hw)
@@ -266,52 +206,6 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
                                        "ms": ((off["end_ns"] - off["start_ns"]) / 1e6).to_numpy()})
     out["offload_n"] = ev[ev["step"].isin(hsteps) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups
     return out
-
-
-BUCKET_TABLE_MEDIANS = ["duration_ns", "queue_ns", "wait_peers_ns", "launch_delay_ns", "exposed_ns", "busbw_gbps"]
-HISTOGRAMS = ["duration_ns", "queue_ns", "exposed_ns", "launch_delay_ns"]
-
-
-def _export_pieces(out: dict, comm: pd.DataFrame, export: dict, tag: str) -> None:
-    """What the TensorBoard export needs of these ranks' bucket rows: tables.bucket_table's per-bucket
-    first op, largest bytes and count, its medians (spilled), and every step's values for the
-    histograms (spilled by step, rows in the whole run's order)."""
-    b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
-    if not len(b):
-        return
-    head = b if export["head"] is None else b[b["step"] > export["head"]]
-    if len(head):
-        out["tb_first"] = head.groupby("bucket", sort=True).agg(op=("op", "first"), bytes=("bytes", "max"),
-                                                                 count=("duration_ns", "size"))
-        out["tb_medians"] = spill.write_piece(export["dir"], f"bt-{tag}", head, ["bucket"], BUCKET_TABLE_MEDIANS)
-    out["histograms"] = spill.write_piece(export["dir"], f"h-{tag}", b, ["step"], HISTOGRAMS)
-
-
-def combine_bucket_table(second: list[dict]) -> pd.DataFrame:
-    """tables.bucket_table (per bucket, headline steps) from pass 2's export pieces."""
-    cols = ["bucket", "op", "bytes", "count", "duration_ns", "queue_ns", "wait_peers_ns", "launch_delay_ns",
-            "exposed_ns", "busbw_gbps"]
-    firsts = [r["tb_first"] for r in second if r["tb_first"] is not None]
-    if not firsts:
-        return pd.DataFrame(columns=cols)
-    g = pd.concat(firsts).groupby(level=0, sort=True)
-    out = pd.DataFrame({"op": g["op"].first(), "bytes": g["bytes"].max(), "count": g["count"].sum()})
-    out = out.join(spill.group_medians([r["tb_medians"] for r in second], ["bucket"], BUCKET_TABLE_MEDIANS))
-    out.index.name = "bucket"
-    return out.reset_index()[cols]
-
-
-def reduce_step_first(parts: list) -> pd.Series | None:
-    parts = [p for p in parts if p is not None and len(p)]
-    if len(parts) <= 1:
-        return parts[0] if parts else None
-    return pd.concat(parts).groupby(level=0).min()
-
-
-def bucket_rows(comm: pd.DataFrame) -> pd.DataFrame:
-    """``syncviz summary --json``'s per-bucket table: metrics.bucket_metrics' rows, less the name
-    (comm: comm_metrics of every comm kind, as pass 2 has them)."""
-    return comm[(comm["kind"] == S.BUCKET).to_numpy()].reset_index(drop=True).drop(columns=["name"])
 
 
 def _stragglers(out: dict, hw: pd.DataFrame, events: pd.DataFrame, scratch: str, tag: str,

@@ -15,6 +15,10 @@ Why this is exact, metric by metric (definitions stay in metrics / queueing / he
   last launch: pass 2 counts them per partition; the combine adds the counts and then reads each
   partition's (rank, collective, launched-last) rows back from scratch files.
 
+- The rank × step lateness map needs each bucket's (or collective's) first launch over all ranks:
+  pass 1 collects them, pass 2 sums each (rank, step)'s lateness in integers (partial_views.py, with
+  the exports' pieces and summary --json's rows).
+
 Memory: one partition's events (a few million rows) per worker, plus per-collective and per-(rank,
 step) tables; never the run. ``summarize`` returns a SummaryTables the summary view lays out.
 """
@@ -31,6 +35,7 @@ import pandas as pd
 
 from syncviz.analysis.headline import headline, verdict
 from syncviz.analysis import comparison as CM
+from syncviz.analysis import partial_views as PV
 from syncviz.analysis import partials as P
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
@@ -158,8 +163,8 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         compared, first, step_first, bucket_steps = [], None, None, set()
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k, bool(compare)) for p, k in zip(parts, kept)])):
             compared.append(r["compare"])
-            first = P.reduce_bucket_first([first, r["bucket_first"]])
-            step_first = P.reduce_step_first([step_first, r["step_first"]])
+            first = PV.reduce_bucket_first([first, r["bucket_first"]])
+            step_first = PV.reduce_step_first([step_first, r["step_first"]])
             if r["bucket_steps"] is not None:
                 bucket_steps.update(int(x) for x in r["bucket_steps"])
             problems += r["problems"]
@@ -228,10 +233,10 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         tables.comparison = comparison
         tables.bucket_json = [r["json"] for r in second]
-        tables.rank_skew = P.combine_lateness([r["lateness"] for r in second])
+        tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])
         if export is not None:
-            tables.export = {"bucket_table": P.combine_bucket_table(second),
-                             "bucket_skew": P.combine_lateness([r["lateness"] for r in second], buckets_only=True),
+            tables.export = {"bucket_table": PV.combine_bucket_table(second),
+                             "bucket_skew": PV.combine_lateness([r["lateness"] for r in second], buckets_only=True),
                              "histograms": [r["histograms"] for r in second],
                              "step_first": step_first if step_first is not None else pd.Series(dtype=np.int64)}
         return tables

@@ -18,7 +18,7 @@ import pandas as pd
 
 from syncviz import analysis as A
 from syncviz.trace import schema as S
-from syncviz.analysis import partials as P_
+from syncviz.analysis import partial_views as P_
 from syncviz.analysis import spill as S_
 from syncviz.analysis.partitioned import SummaryTables
 from syncviz.trace import Run
