@@ -124,3 +124,27 @@ def test_no_gradient_rows():
               param_name=str, bucket_params=lambda lay, b: [])
     assert build_batch(0, **kw).to_batch().to_pydict() == events_to_batch(rowwise_build_batch(0, **kw)).to_pydict()
     assert isinstance(build_batch(0, **kw).to_batch(), pa.RecordBatch)
+
+
+@pytest.mark.parametrize("kept_max", [512, 3])
+def test_kept_columns_give_the_same_batches(monkeypatch, kept_max):
+    """A steady loop's steps differ in their times only: their non-time columns are kept Arrow
+    arrays (columns._REPEATING), reused from step to step. Every batch still equals the row-by-row
+    build's, when the kept arrays are reused, when steps change shape, and when the store is full."""
+    from syncviz.record import columns
+    monkeypatch.setattr(columns, "_REPEATING", {})
+    monkeypatch.setattr(columns, "_REPEATING_MAX", kept_max)
+    for step in range(12):
+        shape = random.Random(step // 4)          # four steps of one shape, then another shape
+        phases, ready, buckets, collectives = _step(shape, 7, shape.randint(1, 3))
+        shift = random.Random(100 + step).randint(0, 10**9)     # same shape, other times
+        phases = [p._replace(start=p.start + shift, end=p.end + shift) for p in phases]
+        kw = dict(phases=phases, ready=[(p, t + shift, m) for p, t, m in ready], buckets=buckets,
+                  collectives=collectives, base=7, world_size=2, step_start=None,
+                  param_name=lambda i: f"layer.{i}.weight", bucket_params=lambda lay, b: [0, 3, 5])
+        kept = len(columns._REPEATING)
+        got = build_batch(step, **kw).to_batch()
+        assert got.to_pydict() == events_to_batch(rowwise_build_batch(step, **kw)).to_pydict()
+        assert len(columns._REPEATING) <= kept_max
+        if kept_max > 100 and step % 4:     # the shape's columns were all kept by its first step
+            assert len(columns._REPEATING) == kept

@@ -20,14 +20,15 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
     local-clock stamp into the aligned clock (gradient-ready times are stamped locally, the hottest
     hook); ``bucket_params(layout, index)`` lists a bucket's parameter indices; ``param_names``
     (optional): every parameter's ``param_name`` by index as an Arrow array, kept by the caller."""
-    cols: dict[str, list] = {c: [] for c in S.EVENT_COLUMNS}
-    append = [cols[c].append for c in S.EVENT_COLUMNS]
+    # Rows as tuples in EVENT_COLUMNS order, turned into columns once at the end (zip(*rows)):
+    # half the cost of appending each value to its column list (timeit, a 14-row step).
+    rows: list[tuple] = []
+    append = rows.append
 
     def add(kind, name, start, end, micro=0, bucket=-1, op="", nbytes=0, dtype="", group_size=0,
             ready=-1, launch=-1, phase="", layout=-1, logical=0):
-        for a, v in zip(append, (step, micro, kind, name, start, end, bucket, op, nbytes, dtype,
-                                 group_size, ready, launch, phase, layout, logical)):
-            a(v)
+        append((step, micro, kind, name, start, end, bucket, op, nbytes, dtype,
+                group_size, ready, launch, phase, layout, logical))
 
     spans = []   # (start, end, kind) for phase lookup
     for p in phases:
@@ -64,16 +65,20 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
             dtype=c.dtype, group_size=c.group_size, ready=c.ready, launch=c.launch,
             phase=c.phase or phase_at(c.launch, spans), layout=c.layout,
             logical=c.nbytes if c.logical_bytes < 0 else c.logical_bytes)
-    starts = [s for s in cols["start_ns"] if s >= 0]
-    ends = cols["end_ns"]
+    starts = [r[_START] for r in rows if r[_START] >= 0]
+    ends = [r[_END] for r in rows]
     if grads.n:
         ok = grads.t[grads.t >= 0]
         if len(ok):
             starts.append(int(ok.min()))
-        ends = ends + [int(grads.t.max())]
+        ends.append(int(grads.t.max()))
     if starts:
         add(S.STEP, "step", step_start if step_start is not None else min(starts), max(ends))
+    cols = {c: list(v) for c, v in zip(S.EVENT_COLUMNS, zip(*rows))} if rows else {c: [] for c in S.EVENT_COLUMNS}
     return StepColumns(cols, grads.columns(step, param_name, param_names) if grads.n else None, len(phases))
+
+
+_START, _END = S.EVENT_COLUMNS.index("start_ns"), S.EVENT_COLUMNS.index("end_ns")
 
 
 def phase_at(t: int, spans: list[tuple[int, int, str]]) -> str:

@@ -4,6 +4,7 @@ GPU-side times from CUDA events on CUDA) whatever hook is in force: DDP's defaul
 reproduced bit for bit, the user's own hook, or a built-in one. Part of syncviz.record."""
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -15,6 +16,9 @@ from syncviz.record.cudaclock import timing_event
 
 if TYPE_CHECKING:
     from syncviz.record.recorder import Recorder
+
+
+_NO_RANGE = contextlib.nullcontext()    # reusable: nullcontext keeps no state
 
 
 class _BucketHook:
@@ -32,12 +36,15 @@ class _BucketHook:
         self.state: Any = None
         self.name = name
         self.user_registered = False
+        self._layout = 0
 
     def __call__(self, state, bucket):  # DDP requires the parameter to be named `bucket`
         rec = self.rec
         buf = bucket.buffer()
         index = bucket.index()
-        layout = 1 if getattr(self._ddp(), "_has_rebuilt_buckets", False) else 0
+        layout = self._layout
+        if not layout and getattr(self._ddp(), "_has_rebuilt_buckets", False):
+            layout = self._layout = 1     # DDP rebuilds its buckets once, after the first step
         if not rec.layout_seen(layout, index):
             rec.note_layout(layout, index, bucket.parameters())
         nbytes = buf.numel() * buf.element_size()
@@ -48,7 +55,7 @@ class _BucketHook:
         # (never blocks). The start event goes on the stream right before the collective is
         # issued, so the default path's 1/N scaling kernel is not counted as communication.
         cuda = buf.is_cuda
-        with rec.in_bucket(index), rec.profile_range(index, nbytes):
+        with rec.in_bucket(index), (rec.profile_range(index, nbytes) if rec.profiler is not None else _NO_RANGE):
             if self.target is None:
                 # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
                 # size (at::mul_out with 1/N) while copying into the bucket, then all-reduces a

@@ -93,6 +93,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self.grad_values = None                 # record/grads.py when --grad-values (opt-in)
         self.closed = False
         self._last_meta_write = 0.0
+        self._meta_identity: dict | None = None  # run.json's run_id and created, once written
         self.observed: dict[str, Any] = {}      # what ran, as seen (discover.name_strategy names it)
         self._init_phases()
         self._discovery = RootDiscovery(self)   # the model's root module(s) when no wrapper says
@@ -105,15 +106,9 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         backend's thread, while the training thread may be in another bucket."""
         return getattr(self._tls, "bucket", -1)
 
-    @contextlib.contextmanager
-    def in_bucket(self, index: int):
+    def in_bucket(self, index: int) -> "_BucketScope":
         """Collectives issued inside the block (on this thread) belong to bucket ``index``."""
-        before = getattr(self._tls, "bucket", -1)
-        self._tls.bucket = index
-        try:
-            yield
-        finally:
-            self._tls.bucket = before
+        return _BucketScope(self._tls, index)
 
     @property
     def quiet(self) -> bool:
@@ -238,10 +233,14 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
                         device="cpu", strategy=self.strategy or name_strategy(self.observed)[0], engine=self.engine,
                         torch_version=torch.__version__, syncviz_version=__version__)
         path = self.run_dir / S.RUN_FILE
-        if path.exists():   # keep run_id/created of the first write
-            with contextlib.suppress(Exception):
-                old = json.loads(path.read_text())
-                meta["run_id"], meta["created"] = old["run_id"], old["created"]
+        if self._meta_identity is None:   # keep run_id/created of the first write (read once)
+            if path.exists():
+                with contextlib.suppress(Exception):
+                    old = json.loads(path.read_text())
+                    self._meta_identity = {"run_id": old["run_id"], "created": old["created"]}
+            if self._meta_identity is None:
+                self._meta_identity = {"run_id": meta["run_id"], "created": meta["created"]}
+        meta.update(self._meta_identity)
         meta.update(self.meta_extra)
         meta["strategy_detail"] = name_strategy(self.observed)[1]
         meta["steps_recorded"] = self._writer.steps_written if self._writer else 0
@@ -390,3 +389,20 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         # tracing passes after the last step: `syncviz trace`, syncviz.tracing(), instrument().
         from syncviz.record.quiesce import quiesce
         quiesce()
+
+
+class _BucketScope:
+    """Recorder.in_bucket's block: a plain context manager, since it runs once per bucket in the
+    comm hook (a @contextmanager generator cost several µs more a call)."""
+    __slots__ = ("tls", "index", "before")
+
+    def __init__(self, tls, index: int):
+        self.tls, self.index = tls, index
+
+    def __enter__(self):
+        self.before = getattr(self.tls, "bucket", -1)
+        self.tls.bucket = self.index
+
+    def __exit__(self, *exc):
+        self.tls.bucket = self.before
+        return False

@@ -24,8 +24,10 @@ def write_json_atomic(path: str | os.PathLike, data: Mapping[str, Any]) -> None:
     # mkstemp creates 0600; a run is shared like the arrow files next to it (0666 minus umask,
     # 0644 usually), so a dashboard running as another user can read it.
     os.fchmod(fd, 0o666 & ~_umask())
+    # one string, one write: json.dump to the file wrote it in hundreds of small pieces
+    text = json.dumps(data, indent=1, sort_keys=True, default=str)
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True, default=str)
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -62,6 +64,9 @@ def events_to_batch(columns: Mapping[str, Iterable]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=S.EVENT_SCHEMA)
 
 
+WRITE_BUFFER_BYTES = 1 << 20   # a step's batch is far smaller (a 1,200-parameter model: ~60 kB)
+
+
 class RankWriter:
     """Append-only writer of one rank's event stream and bucket layouts."""
 
@@ -70,7 +75,13 @@ class RankWriter:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.rank = rank
         self.path = self.run_dir / S.rank_file(rank)
-        self._sink = pa.OSFile(str(self.path), "wb")
+        # Buffered, flushed once a step: the IPC writer emits a batch as ~33 small pieces, one
+        # write(2) each on a bare OSFile (strace: 3,304 writes for 100 steps of 14 rows; 39 µs a
+        # batch against 7 µs buffered, timeit; ~100 µs a step of rank 0's CPU in a traced
+        # short-steps run). flush() hands the whole batch to the OS in one write before the next
+        # step starts, so a SIGKILL still loses nothing complete (and never half a batch).
+        self._file = pa.OSFile(str(self.path), "wb")
+        self._sink = pa.BufferedOutputStream(self._file, WRITE_BUFFER_BYTES)
         schema = S.EVENT_SCHEMA.with_metadata(S.stream_metadata(rank))
         self._writer = pa.ipc.new_stream(self._sink, schema)
         self._sink.flush()
@@ -100,7 +111,9 @@ class RankWriter:
     def close(self) -> None:
         if not self.closed:
             self._writer.close()
-            self._sink.close()
+            self._sink.close()        # flushes, then closes the file under it
+            if not self._file.closed:
+                self._file.close()
             self.closed = True
 
 
