@@ -65,3 +65,21 @@ class CollectiveCall:
     phase: str = ""    # "" = derived from the compute phases at flush
     work: Any = None   # the torch Work while in flight (future-less backends are settled at flush)
     cuda: Any = None   # [start event, end event, device] on CUDA (engine rows), resolved a step later
+
+
+class BucketScope:
+    """Recorder.in_bucket's block (collectives issued in it belong to a bucket). A plain context
+    manager: it runs once per bucket in the comm hook, where a @contextmanager generator cost
+    several µs more a call."""
+    __slots__ = ("tls", "index", "before")
+
+    def __init__(self, tls, index: int):
+        self.tls, self.index = tls, index
+
+    def __enter__(self):
+        self.before = getattr(self.tls, "bucket", -1)
+        self.tls.bucket = self.index
+
+    def __exit__(self, *exc):
+        self.tls.bucket = self.before
+        return False

@@ -28,7 +28,7 @@ from syncviz.record.batch import apply_cuda_times, build_batch, stamp_late_ends
 from syncviz.record.discover import RootDiscovery, name_strategy
 from syncviz.record.alignment import ProcessGroupClock
 from syncviz.record.cudaclock import CudaTimes, timing_event, wait_for
-from syncviz.record.events import BucketCall, CollectiveCall, Phase
+from syncviz.record.events import BucketCall, BucketScope, CollectiveCall, Phase
 from syncviz.record.options import StepSelection
 from syncviz.record.phases import PhaseHooks, release_backward_wrapper
 from syncviz.trace import RankWriter, new_meta, write_json_atomic
@@ -106,9 +106,9 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         backend's thread, while the training thread may be in another bucket."""
         return getattr(self._tls, "bucket", -1)
 
-    def in_bucket(self, index: int) -> "_BucketScope":
+    def in_bucket(self, index: int) -> BucketScope:
         """Collectives issued inside the block (on this thread) belong to bucket ``index``."""
-        return _BucketScope(self._tls, index)
+        return BucketScope(self._tls, index)
 
     @property
     def quiet(self) -> bool:
@@ -390,19 +390,3 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         from syncviz.record.quiesce import quiesce
         quiesce()
 
-
-class _BucketScope:
-    """Recorder.in_bucket's block: a plain context manager, since it runs once per bucket in the
-    comm hook (a @contextmanager generator cost several µs more a call)."""
-    __slots__ = ("tls", "index", "before")
-
-    def __init__(self, tls, index: int):
-        self.tls, self.index = tls, index
-
-    def __enter__(self):
-        self.before = getattr(self.tls, "bucket", -1)
-        self.tls.bucket = self.index
-
-    def __exit__(self, *exc):
-        self.tls.bucket = self.before
-        return False
