@@ -270,16 +270,13 @@ def test_html_report_by_partitions_is_the_whole_runs(tmp_path, src):
     timeline's steps from the rank files: the same page, byte for byte, as from the whole run (the
     simulated run has 20 ranks, so its timeline shows the representative ones)."""
     import tempfile
+
     from click.testing import CliRunner
     from syncviz.analysis.partitioned import summarize
     from syncviz.cli import cli
-    if src == "sim":
-        run_dir = tmp_path / "sim"
-        r = CliRunner().invoke(cli, ["simulate", "--model", "gpt2-medium", "--world-size", "20", "--steps", "4",
-                                     "--straggler", "2:0.3", "--out", str(run_dir)])
-        assert r.exit_code == 0, r.output
-    else:
-        run_dir = Path(__file__).parent.parent / src
+    from tracebuild import simulated_run
+    run_dir = (simulated_run(tmp_path, "sim", "--model", "gpt2-medium", "--world-size", "20", "--steps", "4",
+                             "--straggler", "2:0.3") if src == "sim" else Path(__file__).parent.parent / src)
     whole = html_report(load_run(run_dir))
     with tempfile.TemporaryDirectory() as d:
         part = html_report(summarize(run_dir, jobs=1, target_events=1, export_dir=d))

@@ -230,16 +230,11 @@ def test_export_by_partitions_writes_what_the_whole_run_writes(tmp_path, src):
     combination runs): every scalar, histogram (its values in the same order: same sums) and the
     text are the whole-run export's, wall times included."""
     import tempfile
-    from click.testing import CliRunner
+
     from syncviz.analysis.partitioned import summarize
-    from syncviz.cli import cli
-    if src == "sim":
-        run_dir = tmp_path / "sim"
-        r = CliRunner().invoke(cli, ["simulate", "--model", "gpt2-medium", "--world-size", "5", "--steps", "4",
-                                     "--straggler", "2:0.3", "--out", str(run_dir)])
-        assert r.exit_code == 0, r.output
-    else:
-        run_dir = Path(__file__).parent.parent / src
+    from tracebuild import simulated_run
+    run_dir = (simulated_run(tmp_path, "sim", "--model", "gpt2-medium", "--world-size", "5", "--steps", "4",
+                             "--straggler", "2:0.3") if src == "sim" else Path(__file__).parent.parent / src)
     whole = _events_of(write_tensorboard(load_run(run_dir), tmp_path / "whole"))
     with tempfile.TemporaryDirectory() as d:
         part = _events_of(write_tensorboard(summarize(run_dir, jobs=1, target_events=1, export_dir=d),

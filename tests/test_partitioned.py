@@ -24,6 +24,7 @@ from syncviz.trace import TraceError, load_run
 from syncviz.trace import read as R
 from syncviz.views.compare import run_comparison
 from syncviz.views.summary import _clean, print_summary, whole_run_tables, write_json
+from tracebuild import simulated_run
 
 DATA = Path(__file__).parent / "data"
 
@@ -107,15 +108,8 @@ def test_fixture_same_numbers(fixture):
     _compare(DATA / fixture)
 
 
-def _simulate(tmp_path: Path, name: str, *args: str) -> Path:
-    out = tmp_path / name
-    r = CliRunner().invoke(cli, ["simulate", *args, "--out", str(out)])
-    assert r.exit_code == 0, r.output
-    return out
-
-
 def test_simulated_ddp_straggler_same_numbers(tmp_path):
-    run = _simulate(tmp_path, "ddp", "--model", "gpt2-medium", "--world-size", "6", "--steps", "5",
+    run = simulated_run(tmp_path, "ddp", "--model", "gpt2-medium", "--world-size", "6", "--steps", "5",
                     "--straggler", "2:0.3", "--seed", "3")
     old, new = _compare(run)
     assert len(R.rank_files(run)) == 6 and len(partitions(R.rank_files(run), 1)) == 6
@@ -126,14 +120,14 @@ def test_simulated_ddp_straggler_same_numbers(tmp_path):
 def test_simulated_zero3_same_numbers_in_worker_processes(tmp_path):
     """ZeRO-3: all-gathers and reduce-scatters (collective rows, the collective table); two worker
     processes, as `syncviz summary` runs by default."""
-    run = _simulate(tmp_path, "z3", "--model", "gpt2-medium", "--world-size", "4", "--steps", "3",
+    run = simulated_run(tmp_path, "z3", "--model", "gpt2-medium", "--world-size", "4", "--steps", "3",
                     "--strategy", "zero3", "--grad-ready", "bucket")
     old, new = _compare(run, jobs=2)
     assert len(old.collective_table)
 
 
 def test_damaged_rank_named_and_rest_summarized(tmp_path):
-    run = _simulate(tmp_path, "d", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
+    run = simulated_run(tmp_path, "d", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
     data = (run / "rank-1.arrow").read_bytes()
     (run / "rank-1.arrow").write_bytes(data[: len(data) // 2])     # truncated: rank 1 stops mid-run
     old, new = _compare(run)
@@ -141,7 +135,7 @@ def test_damaged_rank_named_and_rest_summarized(tmp_path):
 
 
 def test_nothing_usable_is_one_line(tmp_path):
-    run = _simulate(tmp_path, "e", "--model", "gpt2-medium", "--world-size", "2", "--steps", "2")
+    run = simulated_run(tmp_path, "e", "--model", "gpt2-medium", "--world-size", "2", "--steps", "2")
     for p in run.glob("rank-*.arrow"):
         p.write_bytes(b"not arrow")
     with pytest.raises(TraceError):
@@ -151,7 +145,7 @@ def test_nothing_usable_is_one_line(tmp_path):
 
 
 def test_summary_command_default_and_whole_print_the_same(tmp_path):
-    run = _simulate(tmp_path, "c", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
+    run = simulated_run(tmp_path, "c", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
     a = CliRunner().invoke(cli, ["summary", str(run)])
     b = CliRunner().invoke(cli, ["summary", "--whole", str(run)])
     assert a.exit_code == 0 and b.exit_code == 0 and a.output == b.output and "Verdict" in a.output
@@ -165,7 +159,7 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
 def test_compare_of_a_compressed_run_same_numbers(tmp_path, compression):
     """A compression hook: logical bytes above wire bytes, so compare also shows the collectives'
     own busy time (step_metrics of the non-bucket rows, one table per partition)."""
-    run = _simulate(tmp_path, compression, "--model", "gpt2-medium", "--world-size", "3", "--steps", "4",
+    run = simulated_run(tmp_path, compression, "--model", "gpt2-medium", "--world-size", "3", "--steps", "4",
                     "--compression", compression)
     _, new = _compare(run)
     c = run_comparison(new)
@@ -175,7 +169,7 @@ def test_compare_of_a_compressed_run_same_numbers(tmp_path, compression):
 
 def test_compare_steady_steps_of_deepspeed_zero3_same_numbers(tmp_path):
     """DeepSpeed ZeRO-3's steady steps start at step 2: the partitions get the run's, not their own."""
-    run = _simulate(tmp_path, "dsz3", "--model", "gpt2-medium", "--world-size", "3", "--steps", "5",
+    run = simulated_run(tmp_path, "dsz3", "--model", "gpt2-medium", "--world-size", "3", "--steps", "5",
                     "--strategy", "zero3")
     meta = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**meta, "strategy": "ds-zero3"}))
@@ -184,8 +178,8 @@ def test_compare_steady_steps_of_deepspeed_zero3_same_numbers(tmp_path):
 
 
 def test_compare_command_default_and_whole_print_the_same(tmp_path):
-    _simulate(tmp_path, "a", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
-    _simulate(tmp_path, "b", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3", "--strategy", "zero2")
+    simulated_run(tmp_path, "a", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3")
+    simulated_run(tmp_path, "b", "--model", "gpt2-medium", "--world-size", "3", "--steps", "3", "--strategy", "zero2")
     for extra in ([], ["--json"]):
         a = CliRunner().invoke(cli, ["compare", str(tmp_path), *extra])
         b = CliRunner().invoke(cli, ["compare", "--whole", str(tmp_path), *extra])

@@ -56,3 +56,14 @@ def make_ddp_run(path: Path, steps=3, world=2, straggler=None, straggle_ms=0.0) 
     meta["ranks"] = [{"rank": r, "host": "localhost", "pid": 1000 + r, "clock_offset_ns": 0,
                       "clock_error_ns": 0} for r in range(world)]
     return write_run(path, meta, by_rank, layouts)
+
+
+def simulated_run(tmp_path: Path, name: str, *args: str) -> Path:
+    """A run written by `syncviz simulate <args>` into tmp_path/name."""
+    from click.testing import CliRunner
+
+    from syncviz.cli import cli
+    out = tmp_path / name
+    r = CliRunner().invoke(cli, ["simulate", *args, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out

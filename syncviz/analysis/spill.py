@@ -52,20 +52,12 @@ def median(x: np.ndarray) -> float:
 
 def group_medians(pieces: list[Piece | None], keys: list[str], cols) -> pd.DataFrame:
     """Median of every column per group over all partitions' pieces (index: the keys, sorted)."""
-    pieces = [p for p in pieces if p is not None]
     cols = list(cols)
-    where: dict[tuple, list[tuple[int, int, int]]] = {}
-    arrays = []
-    for i, p in enumerate(pieces):
-        arrays.append(np.load(p.path, mmap_mode="r"))
-        ends = np.cumsum(p.counts)
-        for k, a, b in zip(p.groups, ends - p.counts, ends):
-            where.setdefault(k, []).append((i, int(a), int(b)))
-    groups = sorted(where)
-    out = np.full((len(groups), len(cols)), np.nan)
-    for gi, k in enumerate(groups):
-        for ci in range(len(cols)):
-            out[gi, ci] = median(np.concatenate([arrays[i][ci, a:b] for i, a, b in where[k]]))
+    groups, rows = [], []
+    for k, values in group_values(pieces):
+        groups.append(k)
+        rows.append([median(values[ci]) for ci in range(len(cols))])
+    out = np.array(rows, dtype=float).reshape(len(groups), len(cols))
     if keys:
         index = pd.MultiIndex.from_tuples(groups, names=keys) if len(keys) > 1 else \
             pd.Index([g[0] for g in groups], name=keys[0])

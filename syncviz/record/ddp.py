@@ -4,7 +4,6 @@ GPU-side times from CUDA events on CUDA) whatever hook is in force: DDP's defaul
 reproduced bit for bit, the user's own hook, or a built-in one. Part of syncviz.record."""
 from __future__ import annotations
 
-import contextlib
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -16,9 +15,6 @@ from syncviz.record.cudaclock import timing_event
 
 if TYPE_CHECKING:
     from syncviz.record.recorder import Recorder
-
-
-_NO_RANGE = contextlib.nullcontext()    # reusable: nullcontext keeps no state
 
 
 class _BucketHook:
@@ -55,7 +51,7 @@ class _BucketHook:
         # (never blocks). The start event goes on the stream right before the collective is
         # issued, so the default path's 1/N scaling kernel is not counted as communication.
         cuda = buf.is_cuda
-        with rec.in_bucket(index), (rec.profile_range(index, nbytes) if rec.profiler is not None else _NO_RANGE):
+        with rec.in_bucket(index), rec.profile_range(index, nbytes):
             if self.target is None:
                 # DDP's C++ default, bit for bit: it multiplies by the reciprocal of the world
                 # size (at::mul_out with 1/N) while copying into the bucket, then all-reduces a

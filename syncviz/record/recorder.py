@@ -43,6 +43,8 @@ LATE_STEPS = 16
 def _start_of(phase) -> int:
     return phase.start
 
+_NO_RANGE = contextlib.nullcontext()    # profile_range outside --profile: one, reused (it keeps no state)
+
 
 class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
     """One per rank. Collects the records of the current step; end_step() writes them."""
@@ -253,7 +255,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         """A named range per bucket collective in torch.profiler traces (--profile), e.g.
         "bucket 3 all_reduce 25.0 MB"; nothing outside the profiled steps."""
         if self.profiler is None:
-            return contextlib.nullcontext()
+            return _NO_RANGE
         return self.profiler.bucket_range(index, "all_reduce", nbytes)
 
     # ------------------------------------------------------------------------- step boundary
