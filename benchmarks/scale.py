@@ -44,11 +44,13 @@ HERE = Path(__file__).resolve().parent.parent
 DASH = r"""
 import json, sys, time
 from syncviz.dashboard.data.store import RunStore
+from syncviz.dashboard.data.stepview import STEP_TABLES
+from syncviz.dashboard.figures.timeline import GL_LANES
 root, name = sys.argv[1], sys.argv[2]
-keys = ("compute", "comm", "exposed", "steps", "lateness")
 t0 = time.perf_counter()
 store = RunStore(root)
 run = store.get(name)
+keys = STEP_TABLES["ranks" if len(run.ranks) <= GL_LANES else "spread"]    # what the Replay draws ("auto")
 start = run.start_step
 view = run.step_view(start)
 for k in keys:

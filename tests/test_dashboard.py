@@ -224,8 +224,16 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     assert store.summary("big")[0] == truth.summary()
     pd.testing.assert_frame_equal(run.step_table(), truth.step_table(), check_exact=True)
     assert run.step_list.tolist() == truth.step_list.tolist() and run._extents == truth._extents
+    # the Replay of a step: every rank's numbers from what the summary kept, the drawn ranks' tables
+    # from their own events (no other rank is read), the same tables and figures as the whole read's
+    for step in run.step_list:
+        view, whole = run.step_view(int(step)), truth.step_view(int(step))
+        assert view.source == "kept tables and the drawn ranks"
+        _same_drawn_step(view, whole)
+        assert view._alone._ev is None, "the step was not read for every rank"
+        _same_replay_figures(store, truth, int(step))
     view = run.step_view(run.start_step)
-    for key in ("compute", "comm", "exposed", "steps", "lateness"):
+    for key in ("compute", "comm", "exposed"):     # asked for: every rank, read alone
         pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
                                       truth.step_view(run.start_step).get(key).reset_index(drop=True), check_exact=True)
     run.analyse_in_background()                    # nothing to start: steps are read alone
@@ -254,6 +262,47 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     assert "needs every event" in json.dumps(skew_fig)
 
 
+def _same_drawn_step(view, whole):
+    """A step view's every-rank tables and drawn ranks (fastest, median, slowest, launches last: their
+    timeline tables and origin) equal those of ``whole`` (the step read for every rank)."""
+    for key in ("steps", "step_spread"):
+        pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True), whole.get(key).reset_index(drop=True),
+                                      check_exact=True)
+    pd.testing.assert_frame_equal(view.get("lateness").reset_index(drop=True),
+                                  whole.get("lateness").drop(columns="launch_ns").reset_index(drop=True),
+                                  check_exact=True, check_dtype=False)
+    a, b = view.get("drawn"), whole.get("drawn")
+    assert a.picks == b.picks and a.t0 == b.t0
+    assert len(a.picks) >= 3
+    for x, y in ((a.compute, b.compute), (a.comm, b.comm), (a.exposed, b.exposed)):
+        assert len(x)
+        pd.testing.assert_frame_equal(x.reset_index(drop=True), y.reset_index(drop=True), check_exact=True)
+
+
+def _same_replay_figures(store, truth, step):
+    """The Replay's figures and cards of ``step`` drawn from ``store``'s run equal those drawn from
+    ``truth`` (a LoadedRun of the same files read whole), but for the source named in the meta."""
+    from syncviz.dashboard import components as C
+    from syncviz.dashboard.pages.replay import draw_step
+
+    class Whole:          # the pages ask the store for the run by name: this one has only ``truth``
+        def get(self, name):
+            return truth
+    old, whole = C._STORE, Whole()
+    try:
+        C.set_store(store)
+        got = draw_step(truth.name, step, "spread")
+        C.set_store(whole)
+        want = draw_step(truth.name, step, "spread")
+    finally:
+        C.set_store(old)
+    for fig in (got[0], want[0]):
+        fig["layout"]["meta"].pop("source")
+    assert json.dumps(got[:3], sort_keys=True, default=str) == json.dumps(want[:3], sort_keys=True, default=str)
+    assert str(got[3]) == str(want[3])
+    assert len(got[0]["data"]) and len(got[1]["data"][0]["y"]) == len(truth.ranks)
+
+
 def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app, tmp_path, monkeypatch):
     """Over the budget, after a step is drawn the steps beside it are read and analysed in a thread
     (the same tables as a whole read), and the steps kept in memory are bounded by their rows."""
@@ -266,7 +315,8 @@ def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app
     assert CliRunner().invoke(cli, ["summary", str(big), "--jobs", "1"]).exit_code == 0
     truth = L.LoadedRun("big", big, RC.signature(big))
     truth.disk = RC.RunCache(tmp_path / "nowhere", ())
-    keys = ("compute", "comm", "exposed", "steps", "step_spread", "lateness")
+    from syncviz.dashboard.data.stepview import STEP_TABLES
+    keys = STEP_TABLES["spread"]
     from syncviz.dashboard.data import readahead
     monkeypatch.setattr(readahead, "DELAY_S", 0.0)
     from syncviz.dashboard import components as C
@@ -287,17 +337,18 @@ def test_run_read_one_step_at_a_time_prefetches_neighbours_in_bounded_memory(app
     for s in (at - 1, at + 1):
         assert s in run._steps_cache and run._steps_cache[s].has(keys)
         view = run.step_view(s)
-        for key in keys:
-            pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
-                                          truth.step_view(s).get(key).reset_index(drop=True), check_exact=True)
+        _same_drawn_step(view, truth.step_view(s))
+        assert view._alone._ev is None
     truth.prefetch_neighbours(at, keys)          # a run read whole has its blocks instead
     assert not truth.read_ahead.busy
     per_step = run._steps_cache[at].rows
     assert per_step > 0
     monkeypatch.setattr(L, "STEP_CACHE_ROWS", 2 * per_step)
     for s in run.step_list:
-        run.step_view(int(s)).get("steps")
-        assert sum(v.rows for v in run._steps_cache.values()) <= 3 * per_step
+        for key in keys:
+            run.step_view(int(s)).get(key)
+        # the views kept before this step's fit the bound (a new view is empty when the oldest are dropped)
+        assert sum(v.rows for v in list(run._steps_cache.values())[:-1]) <= 2 * per_step
     assert len(run._steps_cache) <= 3
 
 

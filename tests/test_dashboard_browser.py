@@ -255,7 +255,7 @@ def test_run_too_big_to_read_whole(tmp_path_factory, browser):
         thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
         thumb.send_keys(Keys.END)
         wait_for(lambda: shown_step(browser) == 39, "big: the last step drawn", driver=browser)
-        assert graph(browser, "replay-timeline")["meta"]["source"] == "step analysed alone"
+        assert graph(browser, "replay-timeline")["meta"]["source"] == "kept tables and the drawn ranks"
         heat = wait_for(lambda: graph(browser, "replay-lateness"), "big: lateness heatmap")
         assert heat["traces"][0][2] == 32
         browser.save_screenshot(str(SHOTS / "replay-big-run.png"))

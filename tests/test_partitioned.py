@@ -18,6 +18,7 @@ from rich.console import Console
 
 from syncviz import analysis as A
 from syncviz.analysis import jsonrows
+from syncviz.analysis import queueing as Q
 from syncviz.analysis.partitioned import measure, partitions, summarize
 from syncviz.cli import cli
 from syncviz.trace import TraceError, load_run
@@ -70,7 +71,9 @@ def _compare(run_dir: Path, jobs: int = 1):
             summarize(run_dir, jobs=jobs, target_events=1)
         assert str(got.value) == str(e)
         return None, None
-    new = summarize(run_dir, jobs=jobs, target_events=1, compare=True)       # one rank per partition
+    with tempfile.TemporaryDirectory() as replay:
+        new = summarize(run_dir, jobs=jobs, target_events=1, compare=True, replay_dir=replay)  # one rank per partition
+        _same_replay(run_dir, new.replay)
     diffs = _same(new.summary, old.summary)
     assert not diffs, f"{len(diffs)} numbers differ, e.g. {diffs[:5]}"
     _frame(new.steps, old.steps, "step_metrics")
@@ -101,6 +104,33 @@ def _compare(run_dir: Path, jobs: int = 1):
         diffs = _same(got, whole)
         assert not diffs, f"compare: {len(diffs)} numbers differ, e.g. {diffs[:5]}"
     return old, new
+
+
+def _same_replay(run_dir: Path, replay: dict):
+    """What the summary keeps for the dashboard's Replay (summarize(replay_dir=)): every step's
+    lateness rows read back from the partitions' pieces equal tables.sync_lateness of the whole run
+    (less launch_ns), row order included; each step's origin is views.timeline.step_origin of it;
+    ``joined`` is every collective's last launch over all ranks."""
+    from syncviz.analysis.steplateness import KeptLateness
+    from syncviz.views.timeline import step_origin
+    ev = load_run(run_dir).events
+    late = A.sync_lateness(ev)
+    kept = KeptLateness(Path(replay["dir"]), replay["lateness"])
+    steps = sorted(int(s) for s in ev.loc[ev["step"] >= 0, "step"].unique())
+    assert len(replay["lateness"]) == len({int(r) for r in late["rank"]})      # a piece per partition with rows
+    for s in steps:
+        got = kept.step(s)
+        want = late[late["step"] == s].drop(columns="launch_ns").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got.assign(label=got["label"].astype(object)), want, check_exact=True,
+                                      check_dtype=False, obj=f"lateness of step {s}")
+        one = ev[ev["step"] == s]
+        comp, comm = A.compute_intervals(one), A.comm_rows(one)
+        if len(comp) or len(comm):
+            assert int(replay["origin"][s]) == step_origin(comp, comm), s
+    joined = replay["joined"].set_index(list(Q.EVENT_KEY))["last"]
+    c = Q.occurrences(A.comm_rows(ev))
+    want = c.groupby(Q.EVENT_KEY, observed=True)["launch_ns"].max()
+    assert joined.sort_index().tolist() == want.sort_index().tolist() and len(joined) == len(want)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)

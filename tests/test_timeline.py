@@ -165,7 +165,8 @@ def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path
     pd.testing.assert_frame_equal(alone, late[late["step"] == 1].reset_index(drop=True))
     fig = lateness_figure(late[late["step"] == 1], "per rank and {what}")
     assert fig["layout"]["title"]["text"] == "per rank and collective"
-    assert fig["layout"]["xaxis"]["ticktext"] == ["all_gather #0", "all_gather #1", "reduce_scatter #2", "all_gather #3"]
+    assert fig["data"][0]["x"] == ["all_gather #0", "all_gather #1", "reduce_scatter #2", "all_gather #3"]
+    assert fig["layout"]["xaxis"]["type"] == "category" and "%{x}" in fig["data"][0]["hovertemplate"]
     assert fig["data"][0]["z"][2] == [3.0, 3.0, 3.0, 3.0]
 
 

@@ -24,6 +24,7 @@ from syncviz import trace as T
 from syncviz.trace import TraceError
 from syncviz.views import runcache as RC
 
+from syncviz.dashboard.data.keptstep import KeptReplay, KeptStep, read_step
 from syncviz.dashboard.data.stepindex import StepIndex
 from syncviz.dashboard.data.readahead import ReadAhead
 from syncviz.dashboard.data.stepview import Blocks, StepView
@@ -37,7 +38,6 @@ STEP_CACHE = 128          # per-step views kept per run (play loops stay in cach
 STEP_CACHE_ROWS = 2_000_000
 BACKGROUND_DELAY_S = 1.5  # after the first draw, before the block analysis starts
 OPEN_DELAY_S = 0.8        # after the first draw, before its events are read (facts cached): see _open_in_background
-
 
 # Whole-run tables kept on disk beside the run (views/runcache.py): 4-5 s of CPU to compute at 1M events,
 # ~0.3 s to read back. "facts": what the reader found; with them, whole-run pages never read events.
@@ -329,15 +329,16 @@ class LoadedRun:
             for j in self._mixed.get(s, []):
                 b = self._batches[j]
                 parts.append(b.filter(pc.equal(b.column("step"), s)))
-        ev = T.events_frame(pa.Table.from_batches(parts, schema=self.table.schema))
-        return ev
+        return T.events_frame(pa.Table.from_batches(parts, schema=self.table.schema))
 
-    def step_events(self, step: int) -> pd.DataFrame:
+    def _check_step(self, step: int) -> None:
         if step not in self._step_set:
             raise TraceError(f"{self.name}: no step {step} (steps {self.first_step}..{self.last_step})")
+
+    def step_events(self, step: int) -> pd.DataFrame:
+        self._check_step(step)
         if not self._opened:    # one step read from each rank file: 0.09 s against 1.0 s for all (1M events)
-            table, _, _ = T.load_events(self.path, steps=(step, step + 1), spans=self._spans())
-            return T.events_frame(table)
+            return read_step(self.path, step, self._spans())
         return self.events_of([step])
 
     def _spans(self) -> dict | None:
@@ -347,8 +348,7 @@ class LoadedRun:
 
     def step_view(self, step: int) -> StepView:
         """One step's replay tables: a slice of its analysed block, else the step alone."""
-        if step not in self._step_set:
-            raise TraceError(f"{self.name}: no step {step} (steps {self.first_step}..{self.last_step})")
+        self._check_step(step)
         with self._lock:
             view = self._steps_cache.get(step)
         # A step already analysed alone is not worth waiting for its block.
@@ -357,7 +357,7 @@ class LoadedRun:
             if view is not None and (block is None or view.source == "block tables"):
                 self._steps_cache.move_to_end(step)
                 return view
-            view = StepView(step, lambda: self.step_events(step), block)
+            view = StepView(step, lambda: self.step_events(step), block, self._kept_step(step) if block is None else None)
             self._steps_cache[step] = view
             rows = sum(v.rows for v in self._steps_cache.values())
             while len(self._steps_cache) > 1 and (len(self._steps_cache) > STEP_CACHE or rows > STEP_CACHE_ROWS):
@@ -365,16 +365,15 @@ class LoadedRun:
                 rows -= old.rows
         return view
 
+    def _kept_step(self, step: int) -> KeptStep | None:
+        """A run read one step at a time: ``step`` drawn from what the summary kept (keptstep.py), if it did."""
+        kept = self.partial and self._cached("kept_replay", lambda: KeptReplay.load(self.disk, self.step_table) or False)
+        return kept.at(step, self.path, self._spans()) if kept else None
+
     def prefetch_neighbours(self, step: int, keys: tuple[str, ...]) -> None:
         """A run read one step at a time: read the steps beside ``step`` ahead (readahead.py)."""
         if self.partial:
             self.read_ahead.around(step, keys)
-
-    def step_ready(self, step: int, keys) -> bool:
-        """Whether ``step``'s tables ``keys`` are in memory (no read, no analysis needed)."""
-        with self._lock:
-            view = self._steps_cache.get(step)
-        return view is not None and view.has(keys)
 
     def nearest_step(self, step) -> int:
         """``step`` if the run has it, else the closest earlier one (the first when none)."""

@@ -20,6 +20,9 @@ import pandas as pd
 
 from syncviz import analysis as A
 from syncviz.trace import schema as S
+from syncviz.views.timeline import step_origin
+
+from syncviz.dashboard.data.keptstep import KEPT, SPREAD_COLUMNS, Drawn, KeptStep, only_ranks
 
 log = logging.getLogger("syncviz.dashboard")
 
@@ -32,8 +35,10 @@ ANALYSES: dict[str, Callable] = {
     "step_spread": lambda ev, get: A.rank_spread(get("steps"), SPREAD_COLUMNS),
     "lateness": lambda ev, get: A.sync_lateness(ev),
 }
-SPREAD_COLUMNS = ("step_ns", "comm_busy_ns", "exposed_ns", "overlap_pct", "compute_comm_ratio", "bytes")
 WHOLE_RUN = ("compute", "comm", "exposed", "steps", "step_spread", "lateness")
+# The step tables the Replay draws in each lane mode: every rank, or the representative ranks ("drawn").
+STEP_TABLES = {"ranks": ("compute", "comm", "exposed", "step_spread"),
+               "spread": ("steps", "step_spread", "lateness", "drawn")}
 
 
 class Analysed:
@@ -78,28 +83,60 @@ class ByStep:
 
 
 class StepView:
-    """One step's replay tables: sliced from its block's tables when given, else analysed alone."""
+    """One step's replay tables: sliced from its block's tables when given, else analysed alone;
+    for a run read one step at a time whose summary kept the Replay's tables (``kept``:
+    keptstep.KeptStep), the every-rank tables KEPT come from those, and "drawn" from the drawn
+    ranks' events alone. Keys: ANALYSES' and "drawn" (keptstep.Drawn: the ranks a step with many
+    ranks draws, and their tables)."""
 
-    def __init__(self, step: int, events: Callable[[], pd.DataFrame], block: dict[str, ByStep] | None):
+    def __init__(self, step: int, events: Callable[[], pd.DataFrame], block: dict[str, ByStep] | None,
+                 kept: KeptStep | None = None):
         self.step = step
-        self.source = "block tables" if block is not None else "step analysed alone"
+        self._kept = kept if block is None else None
+        self.source = ("block tables" if block is not None else
+                       "kept tables and the drawn ranks" if self._kept is not None else "step analysed alone")
         self._block = block
         self._alone = Analysed(events)
+        self._out: dict[str, object] = {}
+        self._lock = threading.RLock()
 
-    def get(self, key: str) -> pd.DataFrame:
+    def get(self, key: str):
+        if key == "drawn":
+            return self._own(key, self._drawn)
         if self._block is not None and key in self._block:
             return self._block[key].get(self.step)
+        if self._kept is not None and key in KEPT:
+            return self._own(key, lambda: self._kept.get(key, self.get))
         return self._alone.get(key)
+
+    def _own(self, key: str, fn: Callable):
+        with self._lock:
+            if key not in self._out:
+                self._out[key] = fn()
+            return self._out[key]
+
+    def _drawn(self) -> Drawn:
+        """The representative ranks of the step (fastest, median, slowest, launches last) and their
+        tables: from their own events when the step's kept tables give every rank's numbers (and
+        nothing has read every rank of it yet), else from the every-rank tables."""
+        picks = A.representative_ranks(self.get("steps"), self.get("lateness"))
+        if self._kept is not None and not all(k in self._alone._out for k in ("compute", "comm", "exposed")):
+            return self._kept.drawn(picks)
+        ranks = [r for r, _ in picks]
+        compute, comm = self.get("compute"), self.get("comm")
+        return Drawn(picks, only_ranks(compute, ranks), only_ranks(comm, ranks), only_ranks(self.get("exposed"), ranks),
+                     step_origin(compute, comm))
 
     @property
     def rows(self) -> int:
-        """Event rows this view holds of its own (read alone; a block's slice holds none)."""
+        """Rows this view holds of its own (events read alone, kept lateness rows; a block's slice
+        holds none)."""
         ev = self._alone._ev
-        return 0 if ev is None else len(ev)
+        return (0 if ev is None else len(ev)) + (self._kept.rows if self._kept is not None else 0)
 
     def has(self, keys) -> bool:
         """Whether the tables ``keys`` are ready (no analysis needed to get them)."""
-        return self._block is not None or all(k in self._alone._out for k in keys)
+        return self._block is not None or all(k in self._alone._out or k in self._out for k in keys)
 
     @property
     def compute(self):

@@ -34,18 +34,21 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
     if len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks])
-    names = [str(b) for b in buckets]
-    if labelled:   # "all_gather #3": the collective's op and its place in the step's launch order
-        first = lateness.drop_duplicates("bucket").set_index("bucket")["label"]
-        names = [first.get(b, str(b)) for b in buckets]
     xaxis = {"title": {"text": what if not labelled else "collective, in order of first launch"}}
-    if len(buckets) <= 40:
-        xaxis.update(tickmode="array", tickvals=buckets.tolist(), ticktext=names)
+    x = buckets.tolist()
+    if labelled:   # "all_gather #3": the collective's op and its place in the step's launch order, as categories
+        first = lateness.drop_duplicates("bucket").set_index("bucket")["label"]
+        x = [str(first.get(b, b)) for b in buckets]
+        xaxis.update(type="category")
+    elif len(buckets) <= 40:
+        xaxis.update(tickmode="array", tickvals=x, ticktext=[str(b) for b in x])
     height = int(min(700, max(260, 140 + 8 * len(ranks))))
-    return {"data": [{"type": "heatmap", "z": z.tolist(), "x": buckets.tolist(), "customdata": [names] * len(ranks),
+    # The hover names the column by its x: a name per cell (customdata) was half of the 7.2 MB this
+    # figure took for one step of the 1,024-rank run (benchmarks/scale.py's 10^8-event run).
+    return {"data": [{"type": "heatmap", "z": z.tolist(), "x": x,
                       "y": ranks.tolist(), "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
-                      "hovertemplate": (f"rank %{{y}} · {what} %{{customdata}}<br>launched %{{z:.2f}} ms after the first rank"
+                      "hovertemplate": (f"rank %{{y}} · {what} %{{x}}<br>launched %{{z:.2f}} ms after the first rank"
                                         "<extra></extra>")}],
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
                        "height": height, "margin": {"l": 70, "r": 20, "t": 50, "b": 50},

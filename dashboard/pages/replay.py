@@ -8,10 +8,10 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
-from syncviz import analysis as A
 
 from syncviz.dashboard import components as C
 from syncviz.dashboard.data.readahead import prepare
+from syncviz.dashboard.data.stepview import STEP_TABLES
 from syncviz.dashboard.figures import timeline as TL
 
 
@@ -99,9 +99,6 @@ def follow_live(_tick, name, value, old_max, follow):
             C.status_badge(run.recording, run.problems), not run.recording)
 
 
-# The step tables each lane mode draws (stepview.ANALYSES keys).
-STEP_TABLES = {"ranks": ("compute", "comm", "exposed", "step_spread"),
-               "spread": ("compute", "comm", "exposed", "steps", "step_spread", "lateness")}
 
 
 def prepare_first_step(run, mode: str | None = "auto") -> None:
@@ -121,16 +118,18 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     step = run.nearest_step(step)
     view = run.step_view(step)
     lanes = choose_lanes(mode or "auto", len(run.ranks))
-    t0 = TL.step_origin(view.compute, view.comm)
     title = f"{name} · step {step} · {len(run.ranks)} ranks"
-    if lanes == "spread":
-        picks = A.representative_ranks(view.steps, view.lateness)
-        ranks = [r for r, _ in picks]
-        labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in picks}
+    if lanes == "spread":       # the drawn ranks' tables alone (a run read one step at a time reads no other rank)
+        drawn = view.get("drawn")
+        compute, comm, exposed, t0 = drawn.compute, drawn.comm, drawn.exposed, drawn.t0
+        ranks = [r for r, _ in drawn.picks]
+        labels = {r: f"rank {r} · {', '.join(roles)}" for r, roles in drawn.picks}
         title += " · real ranks: fastest, median and slowest step, and the rank that launches last"
     else:
+        compute, comm, exposed = view.compute, view.comm, view.exposed
+        t0 = TL.step_origin(compute, comm)
         ranks, labels = list(run.ranks), {}
-    fig = TL.timeline_figure(view.compute, view.comm, view.exposed, ranks=ranks, labels=labels, t0=t0,
+    fig = TL.timeline_figure(compute, comm, exposed, ranks=ranks, labels=labels, t0=t0,
                              params=run.bucket_params(), x_range=run.step_range_ms(step), title=title)
     fig["layout"]["meta"].update({"step": int(step), "lanes": lanes, "source": view.source})
     late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and {what} (ms after the first rank)")

@@ -5,6 +5,7 @@ report), the TensorBoard and HTML exports' per-bucket and per-step pieces, and t
 test_export*.py, test_partitioned.py compare them)."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from syncviz.analysis import queueing as Q
@@ -30,20 +31,24 @@ def reduce_bucket_first(parts: list) -> pd.Series | None:
     return pd.concat(parts).groupby(level=list(range(len(LATE_KEY)))).min()
 
 
-def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
-                       occ: pd.DataFrame | None = None) -> pd.DataFrame | None:
-    """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
-    (launch − the earliest launch of the same bucket, or of the same collective in a step without
-    buckets, among all ranks), and whether they are of buckets (a step's rows are all buckets or
-    all collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact). ``occ``:
-    Q.occurrences of comm's wire rows when the caller has it (its collective rows are numbered as
-    the collectives alone would be: kind is part of the identity)."""
+def lateness_rows(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
+                  occ: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """tables.sync_lateness' rows of these ranks (rank, step, micro, bucket, late_ns, label; no
+    launch_ns), plus ``buckets``: whether the row is a bucket's. ``late_ns`` = launch − the earliest
+    launch of the same bucket, or of the same collective in a step without buckets, among all ranks
+    (``first``: pass 1's bucket_first; ``events``: combine_events). A collective's ``bucket`` is its
+    place in its step's order of first launch over all ranks, as sync_lateness numbers it
+    (collective_order). Rows are in sync_lateness' order when the partition is the whole run (a
+    step's rows by rank). ``occ``: Q.occurrences of comm's wire rows when the caller has it (its
+    collective rows are numbered as the collectives alone would be: kind is part of the identity)."""
     parts = []
     if first is not None:
         b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
         idx = first.index.get_indexer(pd.MultiIndex.from_frame(b[LATE_KEY]))
         parts.append(pd.DataFrame({"rank": b["rank"].to_numpy(), "step": b["step"].to_numpy(),
-                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx], "buckets": True}))
+                                   "micro": b["micro"].to_numpy(), "bucket": b["bucket"].to_numpy(dtype=np.int64),
+                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx], "label": "",
+                                   "buckets": True}))
     if occ is None:
         rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
         c = Q.occurrences(rows) if len(rows) else rows
@@ -53,12 +58,57 @@ def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Serie
         c = c[~c["step"].isin(first.index.get_level_values("step").unique()).to_numpy()]
     if len(c):
         ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
+        ordinal, label = (events["order"].to_numpy(), events["label"].to_numpy()) if "order" in events \
+            else collective_order(events, first)
         parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
+                                   "micro": c["micro"].to_numpy(), "bucket": ordinal[ev_id],
                                    "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id],
-                                   "buckets": False}))
+                                   "label": label[ev_id], "buckets": False}))
     if not parts:
         return None
     late = pd.concat(parts, ignore_index=True)
+    return late.sort_values(["step", "rank"], kind="stable").reset_index(drop=True) if len(parts) > 1 or \
+        not late["buckets"].iloc[0] else late
+
+
+def collective_order(events: pd.DataFrame, first: pd.Series | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per collective of ``events`` (combine_events' rows): its place in its step's order of first
+    launch over all ranks and its label ("all_gather #3"), as tables.sync_lateness gives them, for the
+    wire collectives (not bucket rows, not inside a bucket's hook) of steps without buckets
+    (``first``: the buckets' first launches); -1 and "" for the others."""
+    ix = events.index
+    kind, bucket, step = (ix.get_level_values(k).to_numpy() for k in ("kind", "bucket", "step"))
+    keep = (kind != S.BUCKET) & (bucket < 0)
+    if first is not None:
+        keep &= ~np.isin(step, first.index.get_level_values("step").unique().to_numpy())
+    ordinal, label = np.full(len(events), -1, dtype=np.int64), np.full(len(events), "", dtype=object)
+    if keep.any():
+        e = events[keep].reset_index()[Q.EVENT_KEY + ["first", "op"]]
+        e["pos"] = np.flatnonzero(keep)
+        e = e.sort_values(["step", "first"] + Q.EVENT_KEY[1:], kind="stable")
+        n = e.groupby("step").cumcount().to_numpy(dtype=np.int64)
+        op = e["op"].to_numpy(dtype=object)
+        name = np.where(op == "", e["kind"].to_numpy(dtype=object), op).astype(object)
+        ordinal[e["pos"].to_numpy()] = n
+        label[e["pos"].to_numpy()] = name + " #" + n.astype(str).astype(object)
+    return ordinal, label
+
+
+def with_collective_order(events: pd.DataFrame, first: pd.Series | None) -> pd.DataFrame:
+    """``events`` with collective_order's ``order`` and ``label`` columns (lateness_rows uses them)."""
+    ordinal, label = collective_order(events, first)
+    return events.assign(order=ordinal, label=label)
+
+
+def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
+                       occ: pd.DataFrame | None = None, late: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
+    (lateness_rows), and whether they are of buckets (a step's rows are all buckets or all
+    collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact). ``late``:
+    lateness_rows when the caller has them."""
+    late = lateness_rows(comm, events, first, occ) if late is None else late
+    if late is None:
+        return None
     g = late.groupby(["rank", "step"])
     return pd.DataFrame({"sum": g["late_ns"].sum(), "count": g.size(), "buckets": g["buckets"].first()})
 
@@ -107,6 +157,15 @@ def combine_bucket_table(second: list[dict]) -> pd.DataFrame:
     out = out.join(spill.group_medians([r["tb_medians"] for r in second], ["bucket"], BUCKET_TABLE_MEDIANS))
     out.index.name = "bucket"
     return out.reset_index()[cols]
+
+
+def step_origins(compute: pd.DataFrame, comm: pd.DataFrame) -> pd.Series:
+    """Per step: its earliest compute or comm start among these ranks (compute_intervals,
+    comm_rows), the time zero views.timeline.step_origin gives the step's timeline; reduce_step_first
+    takes the minimum over partitions."""
+    starts = pd.concat([t[["step", "start_ns"]] for t in (compute, comm) if len(t)], ignore_index=True) \
+        if len(compute) or len(comm) else pd.DataFrame({"step": [], "start_ns": []}, dtype=np.int64)
+    return starts.groupby("step")["start_ns"].min()
 
 
 def reduce_step_first(parts: list) -> pd.Series | None:

@@ -16,7 +16,8 @@ from syncviz.analysis import jsonrows
 from syncviz.analysis import partial_views as PV
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
-from syncviz.analysis.intervals import comm_rows, wire_mask
+from syncviz.analysis import steplateness
+from syncviz.analysis.intervals import comm_rows, compute_intervals, wire_mask
 from syncviz.analysis.metrics import _ms, comm_metrics, step_metrics
 from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
 from syncviz.trace import read as R
@@ -75,7 +76,9 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     out["bucket_steps"] = np.unique(comm.loc[(comm["kind"] == S.BUCKET).to_numpy(), "step"].to_numpy())
     if len(comm):
         c = Q.occurrences(comm)
-        out["events"] = c.groupby(Q.EVENT_KEY, observed=True, sort=False)["launch_ns"].agg(["min", "max", "size"])
+        g = c.assign(op=as_str(comm["op"]).reindex(c.index).to_numpy()).groupby(Q.EVENT_KEY, observed=True, sort=False)
+        # op: of the lowest rank's row (c is in rank order), as tables.sync_lateness labels a collective
+        out["events"] = g["launch_ns"].agg(["min", "max", "size"]).assign(op=g["op"].first())
     return out
 
 
@@ -114,16 +117,18 @@ def reduce_events(parts: list) -> pd.DataFrame | None:
     if len(parts) <= 1:
         return parts[0] if parts else None
     g = pd.concat(parts).groupby(level=list(range(len(Q.EVENT_KEY))), sort=True)
-    return pd.DataFrame({"min": g["min"].min(), "max": g["max"].max(), "size": g["size"].sum()})
+    # parts in rank order (partitions are consecutive ranks, folded in order): "first" is the lowest rank's op
+    return pd.DataFrame({"min": g["min"].min(), "max": g["max"].max(), "size": g["size"].sum(), "op": g["op"].first()})
 
 
 def combine_events(parts: list) -> pd.DataFrame:
-    """Per collective (index EVENT_KEY, sorted): ``first``/``last`` launch (ns) and ``ranks``."""
+    """Per collective (index EVENT_KEY, sorted): ``first``/``last`` launch (ns), ``ranks`` and the
+    ``op`` of the lowest rank's call."""
     r = reduce_events(parts)
     if r is None:
         idx = pd.MultiIndex.from_tuples([], names=Q.EVENT_KEY)
         return pd.DataFrame({"first": pd.Series(dtype=np.int64), "last": pd.Series(dtype=np.int64),
-                             "ranks": pd.Series(dtype=np.int64)}, index=idx)
+                             "ranks": pd.Series(dtype=np.int64), "op": pd.Series(dtype=object)}, index=idx)
     out = r.rename(columns={"min": "first", "max": "last", "size": "ranks"}).sort_index()
     out.index.names = Q.EVENT_KEY
     return out
@@ -139,14 +144,16 @@ def _events(path: str) -> pd.DataFrame:
 
 def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[int], scratch: str, part: int,
           kept: str | None = None, json_dir: str | None = None, first_path: str | None = None,
-          export: dict | None = None) -> dict:
+          export: dict | None = None, replay_dir: str | None = None) -> dict:
     """comm_metrics of the partition with every collective's last launch over all ranks, reduced
     to what the summary aggregates: sums, spilled medians, straggler counts. ``kept``: pass 1's
     copy of the partition's events; ``json_dir``: write the partition's bucket rows there as JSON
     text (``syncviz summary --json``: analysis.jsonrows); ``first_path``: every bucket's earliest
     launch over all ranks (pass 1's bucket_first, pickled), for the rank × step lateness;
     ``export``: {"dir": where the TensorBoard export's pieces go, "head": the first bucket step of
-    tables.bucket_table's headline (None: every step)}."""
+    tables.bucket_table's headline (None: every step)}; ``replay_dir``: keep what the dashboard's
+    Replay needs of these ranks to draw one step without reading every rank (steplateness: the
+    lateness rows, and each step's earliest compute or comm start)."""
     if kept is not None and Path(kept).exists():
         ev = pd.read_pickle(kept)
         Path(kept).unlink()
@@ -157,11 +164,12 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
            "strag_steps": set(), "strag": None, "json": None, "lateness": None, "tb_first": None, "tb_medians": None,
-           "histograms": None}
+           "histograms": None, "replay": None, "origin": None}
     if ev is None or not len(ev):
         return out
     joined = events["last"].astype(float)
-    comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined)
+    intervals = (compute_intervals(ev), comm_rows(ev))
+    comm = comm_metrics(ev, kinds=S.COMM_KINDS, joined=joined, intervals=intervals)
     tag = f"{part}"
     first = pd.read_pickle(first_path) if first_path is not None else None
     is_wire = wire_mask(comm) if len(comm) else np.zeros(0, dtype=bool)
@@ -169,7 +177,11 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     # occurrence numbers of every wire row, once: a step's rows are numbered alone (whole identity
     # groups), so the headline steps' rows of it are exactly occurrences(hw) (the stragglers)
     occ = Q.occurrences(wire) if len(wire) else None
-    out["lateness"] = PV.rank_step_lateness(comm, events, first, occ)
+    late = PV.lateness_rows(comm, events, first, occ)
+    out["lateness"] = PV.rank_step_lateness(comm, events, first, late=late)
+    if replay_dir is not None:
+        out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.parquet", late)
+        out["origin"] = PV.step_origins(*intervals)
     if export is not None:
         PV.export_pieces(out, comm, export, tag)
     if json_dir is not None:

@@ -68,6 +68,7 @@ class SummaryTables:
     bucket_json: list = field(default_factory=list)   # summarize(json_dir=): files of bucket rows (jsonrows)
     rank_skew: pd.DataFrame | None = None       # metrics.lateness_matrix of the run (the dashboard's rank_skew)
     export: dict | None = None                  # summarize(export_dir=): the TensorBoard and HTML exports' inputs
+    replay: dict | None = None                  # summarize(replay_dir=): what the Replay needs (runcache.put_summary)
 
     @property
     def name(self) -> str:
@@ -119,15 +120,16 @@ def measure(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVE
 
 def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
               executor=None, scratch: str | None = None, compare: bool | str = False,
-              json_dir: str | None = None, export_dir: str | None = None) -> SummaryTables:
+              json_dir: str | None = None, export_dir: str | None = None, replay_dir: str | None = None) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
     process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
     Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
     scratch files go (workers must reach it; default: the system temp dir); ``compare``: also
     measure what ``syncviz compare`` shows (SummaryTables.comparison); ``json_dir``: write every
     bucket row there as JSON text (SummaryTables.bucket_json, in rank order; ``summary --json``);
-    ``export_dir``: what the TensorBoard export needs (SummaryTables.export; its pieces stay there).
-    Raises TraceError like read.open_run."""
+    ``export_dir``: what the TensorBoard export needs (SummaryTables.export; its pieces stay there);
+    ``replay_dir``: what the dashboard's Replay needs to draw a step of this run from the drawn ranks'
+    events alone (SummaryTables.replay; its lateness pieces stay there, analysis.steplateness). Raises TraceError like read.open_run."""
     run_dir = Path(run_dir)
     meta = R.read_meta(run_dir)
     files = R.rank_files(run_dir)
@@ -141,18 +143,18 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     say = progress or (lambda msg: None)
     if executor is not None:
         return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch,
-                          own=False, compare=compare, json_dir=json_dir, export_dir=export_dir)
+                          own=False, compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir)
     pool = _pool(jobs)
     try:
         return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch,
-                          compare=compare, json_dir=json_dir, export_dir=export_dir)
+                          compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 
 def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True,
-               compare=False, json_dir=None, export_dir=None) -> SummaryTables:
+               compare=False, json_dir=None, export_dir=None, replay_dir=None) -> SummaryTables:
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
@@ -198,6 +200,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         steps = pd.concat(steps_parts, ignore_index=True) if steps_parts else pd.DataFrame()
         del steps_parts
         events = P.combine_events([events])
+        events = PV.with_collective_order(events, first)     # once here, not in every partition
         events_path = str(Path(scratch) / "events.pkl")
         events.to_pickle(events_path)
         first_path = None
@@ -220,7 +223,8 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         if export_dir is not None:     # tables.bucket_table's headline: bucket steps after the first
             export = {"dir": export_dir, "head": min(bucket_steps) if len(bucket_steps) > 1 else None}
         for i, r in enumerate(_map(pool, P.pass2, [(str(run_dir), p, events_path, hsteps, scratch, i, kept[i],
-                                                    json_dir, first_path, export) for i, p in enumerate(parts)])):
+                                                    json_dir, first_path, export, replay_dir)
+                                                   for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
             say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
@@ -234,6 +238,11 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.comparison = comparison
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])
+        if replay_dir is not None:
+            origin = PV.reduce_step_first([r["origin"] for r in second])
+            tables.replay = {"dir": replay_dir, "lateness": [r["replay"] for r in second if r["replay"] is not None],
+                             "origin": origin if origin is not None else pd.Series(dtype=np.int64),
+                             "joined": events["last"].reset_index()}
         if export is not None:
             tables.export = {"bucket_table": PV.combine_bucket_table(second),
                              "bucket_skew": PV.combine_lateness([r["lateness"] for r in second], buckets_only=True),

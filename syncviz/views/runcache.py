@@ -95,8 +95,23 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("spans", tables.spans)
     if tables.rank_skew is not None:     # Ratios' rank × step lateness map (a note without it)
         cache.put("rank_skew", tables.rank_skew)
+    if tables.replay is not None:        # the Replay draws a step from the drawn ranks' events alone
+        put_replay(cache, tables.replay)
     # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
     return all(kept) and cache.put("facts", tables.facts)
+
+
+REPLAY_KEYS = ("joined", "step_origin", "step_lateness")
+
+
+def put_replay(cache: "RunCache", replay: dict) -> bool:
+    """Keep summarize(replay_dir=)'s tables: ``joined`` (every collective's last launch over all
+    ranks: queueing.EVENT_KEY + last), ``step_origin`` (each step's timeline origin) and
+    ``step_lateness`` (the lateness pieces, moved into the cache folder: analysis.steplateness).
+    The dashboard's Replay uses them only when all three are there."""
+    origin = replay["origin"].rename("start_ns").rename_axis("step").reset_index()
+    return (cache.put("joined", replay["joined"]) and cache.put("step_origin", origin)
+            and cache.put_files("step_lateness", Path(replay["dir"]), replay["lateness"]))
 
 
 def kept_spans(run_dir: str | os.PathLike) -> dict | None:
@@ -203,6 +218,8 @@ class RunCache:
                 return _read_frame(spec, self.folder)
             if spec["type"] == "frames":
                 return tuple(_read_frame(s, self.folder) for s in spec["frames"])
+            if spec["type"] == "files":
+                return {"folder": self.folder, "items": spec["items"]}
         except FileNotFoundError:
             return None
         except Exception as e:     # a damaged entry is recomputed, never trusted
@@ -251,6 +268,31 @@ class RunCache:
                 self.writable = False
             log.info("%s: %s not cached (%s)", self.run_dir.name, key, e)
             return False
+
+    def put_files(self, key: str, source: Path, items: list[dict]) -> bool:
+        """Move files another writer checked (``items``: dicts naming each in "file"; analysis.steplateness
+        writes and reads back its pieces) from ``source`` into the cache under ``key``: ``get`` then
+        returns {"folder", "items"}. Names are prefixed with the key."""
+        with self._write_lock:
+            if not self.writable:
+                return False
+            try:
+                self._claim()
+                kept = []
+                for item in items:
+                    name = f"{key}.{item['file']}"
+                    shutil.move(str(source / item["file"]), str(self.folder / name))
+                    kept.append({**item, "file": name})
+                text = json.dumps({"type": "files", "items": kept})
+                tmp = self.folder / f".tmp-{key}.json"
+                tmp.write_text(text)
+                os.replace(tmp, self.folder / f"{key}.json")      # the spec last, as _put
+                return True
+            except (OSError, TypeError, ValueError) as e:
+                if isinstance(e, OSError):
+                    self.writable = False
+                log.info("%s: %s not cached (%s)", self.run_dir.name, key, e)
+                return False
 
     def _claim(self) -> None:
         """Make the folder this signature's: a stale cache is emptied and restamped."""

@@ -218,7 +218,9 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch):
             # --json: the workers write the bucket rows as JSON text here (a place they all reach)
             json_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-json-", dir=scratch)) \
                 if as_json else None
-            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir)
+            # what the dashboard's Replay keeps of every rank (moved into the run's cache by put_summary)
+            replay_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-replay-", dir=scratch))
+            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir, replay_dir=replay_dir)
             if dask_address is None:
                 tables = summarize(run, **opts)
             else:
@@ -234,9 +236,9 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch):
                 write_json(tables)
             else:
                 print_summary(tables)
-        # what the dashboard needs to open this run without reading it whole (views/runcache.py)
-        if RC.put_summary(run, tables, sig):
-            progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
+            # what the dashboard needs to open this run without reading it whole (views/runcache.py)
+            if RC.put_summary(run, tables, sig):
+                progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
 
 
 def _clean(o):

@@ -1,0 +1,86 @@
+"""Every rank's launch lateness, kept by step, so that one step of a run too big to read whole is
+drawn without reading every rank's events.
+
+The Replay page draws, for one step, the rank × collective lateness heatmap (tables.sync_lateness)
+of *every* rank. Computing it means reading the step from every rank file: ~0.6 s for one step of
+the 1,024-rank, 10^8-event run (benchmarks/scale.py), plus ~0.4 s to match collectives across
+ranks. The summary's second pass has those rows anyway (partial_views.lateness_rows: it sums them
+into the rank × step map), so each partition writes them here, to one Parquet file with one row
+group per step. Reading a step is then one row group of each partition's file.
+
+Format: columns LATENESS_COLUMNS (sync_lateness' rows less launch_ns), rows of a step in
+sync_lateness' order for these ranks; ``label`` dictionary-encoded (every row of a step with buckets
+holds ""). A piece is kept only if it reads back equal to the rows written (as views/runcache.py keeps
+its entries).
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+LATENESS_COLUMNS = ["rank", "step", "micro", "bucket", "late_ns", "label"]
+_SCHEMA = pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("micro", pa.int32()), ("bucket", pa.int64()),
+                     ("late_ns", pa.int64()), ("label", pa.dictionary(pa.int32(), pa.string()))])
+
+
+def _table(late: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pydict({c: late[c].to_numpy() for c in LATENESS_COLUMNS[:-1]}
+                                | {"label": pa.array(late["label"].to_numpy(dtype=object), pa.string()).dictionary_encode()},
+                                schema=_SCHEMA)
+
+
+def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
+    """Write ``late`` (partial_views.lateness_rows of one partition) to ``path``: one row group per
+    step, in step order. Returns {"file": name, "steps": [step of each row group]}, or None when
+    there is nothing to keep or the file does not read back equal."""
+    if late is None or not len(late):
+        return None
+    path = Path(path)
+    table = _table(late)
+    steps = late["step"].to_numpy()
+    order = np.argsort(steps, kind="stable")      # a step's rows keep their order
+    if (order != np.arange(len(order))).any():
+        table, steps = table.take(pa.array(order)), steps[order]
+    keys, lo = np.unique(steps, return_index=True)
+    hi = np.r_[lo[1:], len(steps)]
+    with pq.ParquetWriter(path, _SCHEMA, compression="zstd") as w:
+        for a, b in zip(lo, hi):
+            w.write_table(table.slice(int(a), int(b - a)), row_group_size=int(b - a) or 1)
+    back = pq.read_table(path)
+    if not back.equals(table):
+        path.unlink(missing_ok=True)
+        return None
+    return {"file": path.name, "steps": [int(k) for k in keys]}
+
+
+class KeptLateness:
+    """The kept pieces of one run (``pieces``: write_piece's dicts, files in ``folder``): one step's
+    rows of every rank. Files are opened on first use and kept open (a Parquet footer is parsed once)."""
+
+    def __init__(self, folder: Path, pieces: list[dict]):
+        self.folder, self.pieces = Path(folder), pieces
+        self._files: dict[str, pq.ParquetFile] = {}
+        self._lock = threading.Lock()
+        self._where = [{s: i for i, s in enumerate(p["steps"])} for p in pieces]
+
+    def _file(self, name: str) -> pq.ParquetFile:
+        with self._lock:
+            if name not in self._files:
+                self._files[name] = pq.ParquetFile(self.folder / name)
+            return self._files[name]
+
+    def step(self, step: int) -> pd.DataFrame:
+        """tables.sync_lateness' rows of ``step`` (less launch_ns), every rank, in rank order."""
+        # no thread pool: a row group is small, and a read-ahead thread may still be reading when the process exits
+        parts = [self._file(p["file"]).read_row_group(where[step], use_threads=False)
+                 for p, where in zip(self.pieces, self._where) if step in where]
+        if not parts:
+            return _table(pd.DataFrame({c: pd.Series(dtype=object if c == "label" else np.int64)
+                                        for c in LATENESS_COLUMNS})).to_pandas()
+        t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        return t.to_pandas(use_threads=False)
