@@ -167,6 +167,12 @@ def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path
     assert fig["layout"]["title"]["text"] == "per rank and collective"
     assert fig["data"][0]["x"] == ["all_gather #0", "all_gather #1", "reduce_scatter #2", "all_gather #3"]
     assert fig["layout"]["xaxis"]["type"] == "category" and "%{x}" in fig["data"][0]["hovertemplate"]
+    # many collectives: the axis numbers every k-th column (the names stay in the hover)
+    many = pd.DataFrame({"rank": np.repeat([0, 1], 243), "step": 1, "micro": 0, "bucket": np.tile(np.arange(243), 2),
+                         "late_ns": 1_000_000, "label": np.tile([f"all_gather #{i}" for i in range(243)], 2)})
+    axis = lateness_figure(many)["layout"]["xaxis"]
+    assert axis["tickvals"][:2] == ["all_gather #0", "all_gather #20"] and axis["ticktext"][:3] == ["0", "20", "40"]
+    assert len(axis["ticktext"]) == 13
     assert fig["data"][0]["z"][2] == [3.0, 3.0, 3.0, 3.0]
 
 
