@@ -8,7 +8,6 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
-
 from syncviz.dashboard import components as C
 from syncviz.dashboard.data.readahead import prepare
 from syncviz.dashboard.data.stepview import STEP_TABLES
@@ -97,8 +96,6 @@ def follow_live(_tick, name, value, old_max, follow):
     # "follow new steps" ticked: show the newest step, wherever the slider was (untick to stay put)
     return (last, slider_marks(run.first_step, last), last if follow and "follow" in follow else dash.no_update,
             C.status_badge(run.recording, run.problems), not run.recording)
-
-
 
 
 def prepare_first_step(run, mode: str | None = "auto") -> None:

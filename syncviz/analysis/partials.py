@@ -180,7 +180,10 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     late = PV.lateness_rows(comm, events, first, occ)
     out["lateness"] = PV.rank_step_lateness(comm, events, first, late=late)
     if replay_dir is not None:
-        out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.parquet", late)
+        try:
+            out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.parquet", late)
+        except steplateness.NotKept:      # the summary then keeps no Replay tables (never some ranks' only)
+            out["replay"] = False
         out["origin"] = PV.step_origins(*intervals)
     if export is not None:
         PV.export_pieces(out, comm, export, tag)

@@ -129,7 +129,8 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     bucket row there as JSON text (SummaryTables.bucket_json, in rank order; ``summary --json``);
     ``export_dir``: what the TensorBoard export needs (SummaryTables.export; its pieces stay there);
     ``replay_dir``: what the dashboard's Replay needs to draw a step of this run from the drawn ranks'
-    events alone (SummaryTables.replay; its lateness pieces stay there, analysis.steplateness). Raises TraceError like read.open_run."""
+    events alone (SummaryTables.replay, None if a piece could not be kept exactly; its lateness pieces
+    stay there, analysis.steplateness). Raises TraceError like read.open_run."""
     run_dir = Path(run_dir)
     meta = R.read_meta(run_dir)
     files = R.rank_files(run_dir)
@@ -238,7 +239,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.comparison = comparison
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])
-        if replay_dir is not None:
+        if replay_dir is not None and all(r["replay"] is not False for r in second):
             origin = PV.reduce_step_first([r["origin"] for r in second])
             tables.replay = {"dir": replay_dir, "lateness": [r["replay"] for r in second if r["replay"] is not None],
                              "origin": origin if origin is not None else pd.Series(dtype=np.int64),

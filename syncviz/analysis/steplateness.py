@@ -10,8 +10,8 @@ group per step. Reading a step is then one row group of each partition's file.
 
 Format: columns LATENESS_COLUMNS (sync_lateness' rows less launch_ns), rows of a step in
 sync_lateness' order for these ranks; ``label`` dictionary-encoded (every row of a step with buckets
-holds ""). A piece is kept only if it reads back equal to the rows written (as views/runcache.py keeps
-its entries).
+holds ""). A piece must read back equal to the rows written (as views/runcache.py keeps its entries);
+if one does not, the run keeps no lateness at all (analysis.partitioned), so a heatmap never lacks ranks.
 """
 from __future__ import annotations
 
@@ -34,10 +34,14 @@ def _table(late: pd.DataFrame) -> pa.Table:
                                 schema=_SCHEMA)
 
 
+class NotKept(Exception):
+    """A piece did not read back equal: the run's kept lateness would miss these ranks, so none is kept."""
+
+
 def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
     """Write ``late`` (partial_views.lateness_rows of one partition) to ``path``: one row group per
     step, in step order. Returns {"file": name, "steps": [step of each row group]}, or None when
-    there is nothing to keep or the file does not read back equal."""
+    there is nothing to keep. Raises NotKept when the file does not read back equal."""
     if late is None or not len(late):
         return None
     path = Path(path)
@@ -54,7 +58,7 @@ def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
     back = pq.read_table(path)
     if not back.equals(table):
         path.unlink(missing_ok=True)
-        return None
+        raise NotKept(f"{path.name} did not read back equal")
     return {"file": path.name, "steps": [int(k) for k in keys]}
 
 
