@@ -27,7 +27,7 @@ from syncviz.views import runcache as RC
 from syncviz.dashboard.data.keptstep import KeptReplay, KeptStep, read_step
 from syncviz.dashboard.data.stepindex import StepIndex
 from syncviz.dashboard.data.readahead import ReadAhead
-from syncviz.dashboard.data.stepview import Blocks, StepView
+from syncviz.dashboard.data.stepview import Blocks, StepView, evict_oldest
 
 log = logging.getLogger("syncviz.dashboard")
 
@@ -359,10 +359,7 @@ class LoadedRun:
                 return view
             view = StepView(step, lambda: self.step_events(step), block, self._kept_step(step) if block is None else None)
             self._steps_cache[step] = view
-            rows = sum(v.rows for v in self._steps_cache.values())
-            while len(self._steps_cache) > 1 and (len(self._steps_cache) > STEP_CACHE or rows > STEP_CACHE_ROWS):
-                _, old = self._steps_cache.popitem(last=False)
-                rows -= old.rows
+            evict_oldest(self._steps_cache, STEP_CACHE, STEP_CACHE_ROWS)
         return view
 
     def _kept_step(self, step: int) -> KeptStep | None:
@@ -374,6 +371,12 @@ class LoadedRun:
         """A run read one step at a time: read the steps beside ``step`` ahead (readahead.py)."""
         if self.partial:
             self.read_ahead.around(step, keys)
+
+    def step_ready(self, step: int, keys) -> bool:
+        """Whether ``step``'s tables ``keys`` are in memory (no read, no analysis needed)."""
+        with self._lock:
+            view = self._steps_cache.get(step)
+        return view is not None and view.has(keys)
 
     def nearest_step(self, step) -> int:
         """``step`` if the run has it, else the closest earlier one (the first when none)."""

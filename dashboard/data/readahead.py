@@ -61,15 +61,9 @@ class ReadAhead:
         steps = self._run.step_list
         i = int(np.searchsorted(steps, at))
         for j in (i + 1, i - 1):
-            if 0 <= j < len(steps) and not self._ready(int(steps[j]), keys):
+            if 0 <= j < len(steps) and not self._run.step_ready(int(steps[j]), keys):
                 return int(steps[j]), keys
         return None
-
-    def _ready(self, step: int, keys) -> bool:
-        """Whether ``step``'s tables ``keys`` are in the run's step cache (no read, no analysis needed)."""
-        with self._run._lock:
-            view = self._run._steps_cache.get(step)
-        return view is not None and view.has(keys)
 
     def _work(self) -> None:
         time.sleep(DELAY_S)

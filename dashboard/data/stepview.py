@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -161,6 +162,15 @@ class StepView:
     @property
     def lateness(self):
         return self.get("lateness")
+
+
+def evict_oldest(views: "OrderedDict[int, StepView]", max_views: int, max_rows: int) -> None:
+    """Drop the oldest views until at most ``max_views`` remain and they hold at most ``max_rows``
+    rows of their own (StepView.rows); the newest is always kept (caller holds the run's lock)."""
+    rows = sum(v.rows for v in views.values())
+    while len(views) > 1 and (len(views) > max_views or rows > max_rows):
+        _, old = views.popitem(last=False)
+        rows -= old.rows
 
 
 def analyse_block(events: pd.DataFrame) -> dict[str, ByStep]:

@@ -67,8 +67,8 @@ def lateness_rows(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | N
     if not parts:
         return None
     late = pd.concat(parts, ignore_index=True)
-    return late.sort_values(["step", "rank"], kind="stable").reset_index(drop=True) if len(parts) > 1 or \
-        not late["buckets"].iloc[0] else late
+    # as sync_lateness: its rows are sorted by (step, rank) when it has collective rows
+    return late if late["buckets"].all() else late.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
 def collective_order(events: pd.DataFrame, first: pd.Series | None) -> tuple[np.ndarray, np.ndarray]:

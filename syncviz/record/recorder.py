@@ -43,6 +43,7 @@ LATE_STEPS = 16
 def _start_of(phase) -> int:
     return phase.start
 
+
 _NO_RANGE = contextlib.nullcontext()    # profile_range outside --profile: one, reused (it keeps no state)
 
 
@@ -391,4 +392,3 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         # tracing passes after the last step: `syncviz trace`, syncviz.tracing(), instrument().
         from syncviz.record.quiesce import quiesce
         quiesce()
-

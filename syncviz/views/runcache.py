@@ -229,70 +229,67 @@ class RunCache:
     def put(self, key: str, value: Any) -> bool:
         """Store ``value`` (a JSON-able dict or list, a DataFrame or a tuple of DataFrames) if it
         reads back equal. False when it was not stored (not exact, or the folder is read-only)."""
-        with self._write_lock:
-            return self._put(key, value)
-
-    def _put(self, key: str, value: Any) -> bool:
-        if not self.writable:
-            return False
-        try:
-            self._claim()
-            with tempfile.TemporaryDirectory(dir=self.folder, prefix=".tmp-") as tmp:
-                tmp = Path(tmp)
-                if isinstance(value, pd.DataFrame):
-                    spec = {"type": "frame", **_write_frame(value, tmp / f"{key}.parquet")}
-                elif isinstance(value, tuple) and value and all(isinstance(v, pd.DataFrame) for v in value):
-                    spec = {"type": "frames", "frames": [_write_frame(v, tmp / f"{key}.{i}.parquet")
-                                                         for i, v in enumerate(value)]}
-                else:
-                    spec = {"type": "json", "value": value}
-                text = json.dumps(spec, default=_plain)
-                back = json.loads(text)
-                if spec["type"] == "json":
-                    same = _same(_plain_tree(value), back["value"])   # numpy scalars come back as Python numbers
-                elif spec["type"] == "frame":
-                    same = _same_frame(value, _read_frame(back, tmp))
-                else:
-                    same = all(_same_frame(v, _read_frame(s, tmp)) for v, s in zip(value, back["frames"]))
-                if not same:
-                    log.info("%s: %s does not round-trip exactly; not cached", self.run_dir.name, key)
-                    return False
-                for f in tmp.iterdir():       # data files first, the spec last: a reader never
-                    if f.suffix != ".json":   # finds a spec whose data is missing
-                        os.replace(f, self.folder / f.name)
-                (tmp / f"{key}.json").write_text(text)
-                os.replace(tmp / f"{key}.json", self.folder / f"{key}.json")
-            return True
-        except (OSError, TypeError, ValueError) as e:
-            if isinstance(e, OSError):
-                self.writable = False
-            log.info("%s: %s not cached (%s)", self.run_dir.name, key, e)
-            return False
+        return self._write(key, lambda: self._put(key, value))
 
     def put_files(self, key: str, source: Path, items: list[dict]) -> bool:
         """Move files another writer checked (``items``: dicts naming each in "file"; analysis.steplateness
         writes and reads back its pieces) from ``source`` into the cache under ``key``: ``get`` then
         returns {"folder", "items"}. Names are prefixed with the key."""
+        return self._write(key, lambda: self._put_files(key, source, items))
+
+    def _write(self, key: str, work) -> bool:
+        """``work()`` (a put) under the write lock, in a folder claimed for this signature; a folder
+        that cannot be written means no cache from then on."""
         with self._write_lock:
             if not self.writable:
                 return False
             try:
                 self._claim()
-                kept = []
-                for item in items:
-                    name = f"{key}.{item['file']}"
-                    shutil.move(str(source / item["file"]), str(self.folder / name))
-                    kept.append({**item, "file": name})
-                text = json.dumps({"type": "files", "items": kept})
-                tmp = self.folder / f".tmp-{key}.json"
-                tmp.write_text(text)
-                os.replace(tmp, self.folder / f"{key}.json")      # the spec last, as _put
-                return True
+                return work()
             except (OSError, TypeError, ValueError) as e:
                 if isinstance(e, OSError):
                     self.writable = False
                 log.info("%s: %s not cached (%s)", self.run_dir.name, key, e)
                 return False
+
+    def _put(self, key: str, value: Any) -> bool:
+        with tempfile.TemporaryDirectory(dir=self.folder, prefix=".tmp-") as tmp:
+            tmp = Path(tmp)
+            if isinstance(value, pd.DataFrame):
+                spec = {"type": "frame", **_write_frame(value, tmp / f"{key}.parquet")}
+            elif isinstance(value, tuple) and value and all(isinstance(v, pd.DataFrame) for v in value):
+                spec = {"type": "frames", "frames": [_write_frame(v, tmp / f"{key}.{i}.parquet")
+                                                     for i, v in enumerate(value)]}
+            else:
+                spec = {"type": "json", "value": value}
+            text = json.dumps(spec, default=_plain)
+            back = json.loads(text)
+            if spec["type"] == "json":
+                same = _same(_plain_tree(value), back["value"])   # numpy scalars come back as Python numbers
+            elif spec["type"] == "frame":
+                same = _same_frame(value, _read_frame(back, tmp))
+            else:
+                same = all(_same_frame(v, _read_frame(s, tmp)) for v, s in zip(value, back["frames"]))
+            if not same:
+                log.info("%s: %s does not round-trip exactly; not cached", self.run_dir.name, key)
+                return False
+            for f in tmp.iterdir():       # data files first, the spec last: a reader never
+                if f.suffix != ".json":   # finds a spec whose data is missing
+                    os.replace(f, self.folder / f.name)
+            (tmp / f"{key}.json").write_text(text)
+            os.replace(tmp / f"{key}.json", self.folder / f"{key}.json")
+        return True
+
+    def _put_files(self, key: str, source: Path, items: list[dict]) -> bool:
+        kept = []
+        for item in items:
+            name = f"{key}.{item['file']}"
+            shutil.move(str(source / item["file"]), str(self.folder / name))
+            kept.append({**item, "file": name})
+        tmp = self.folder / f".tmp-{key}.json"
+        tmp.write_text(json.dumps({"type": "files", "items": kept}))
+        os.replace(tmp, self.folder / f"{key}.json")      # the spec last, as _put
+        return True
 
     def _claim(self) -> None:
         """Make the folder this signature's: a stale cache is emptied and restamped."""
