@@ -226,18 +226,18 @@ def test_replay_tables_kept_whole_or_not_at_all(tmp_path, monkeypatch):
     from syncviz.analysis import steplateness
     run = DATA / "straggler"
     plain = summarize(run, jobs=1, target_events=1)
-    real, read = steplateness.pq.read_table, []
+    real, read = steplateness.read_back, []
 
     def short_second(path, *args, **kwargs):
         read.append(path)
         table = real(path, *args, **kwargs)
         return table.slice(1) if len(read) == 2 else table
-    monkeypatch.setattr(steplateness.pq, "read_table", short_second)
+    monkeypatch.setattr(steplateness, "read_back", short_second)
     got = summarize(run, jobs=1, target_events=1, replay_dir=str(tmp_path))
     assert len(read) >= 2 and got.replay is None
     assert not _same(got.summary, plain.summary)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in read if Path(p).name != "lateness-000001.parquet")
-    monkeypatch.setattr(steplateness.pq, "read_table", real)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in read if Path(p).name != "lateness-000001.arrow")
+    monkeypatch.setattr(steplateness, "read_back", real)
     (tmp_path / "again").mkdir()
     kept = summarize(run, jobs=1, target_events=1, replay_dir=str(tmp_path / "again"))
     assert kept.replay is not None and len(kept.replay["lateness"]) == len(read)

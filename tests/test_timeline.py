@@ -173,7 +173,7 @@ def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path
     axis = lateness_figure(many)["layout"]["xaxis"]
     assert axis["tickvals"][:2] == ["all_gather #0", "all_gather #20"] and axis["ticktext"][:3] == ["0", "20", "40"]
     assert len(axis["ticktext"]) == 13
-    assert fig["data"][0]["z"][2] == [3.0, 3.0, 3.0, 3.0]
+    assert fig["data"][0]["z"][2].tolist() == [3.0, 3.0, 3.0, 3.0]
 
 
 def test_sync_lateness_is_launch_lateness_on_ddp(tmp_path):

@@ -22,22 +22,22 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     straggler is the hot row. A step without buckets (ZeRO-3, FSDP) has a column per collective."""
     if not len(lateness):
         return empty_figure("no collectives in this step")
-    labelled = "label" in lateness and (lateness["label"] != "").any()
+    # rank × bucket grid (max over micro-steps), filled with numpy: pivot_table costs ~20 ms here,
+    # and np.unique's sorts and np.maximum.at ~25 ms at 1,024 ranks × 243 collectives (session 10).
+    ranks, r_idx = _codes(lateness["rank"].to_numpy())
+    buckets, b_idx = _codes(lateness["bucket"].to_numpy())
+    first = lateness.drop_duplicates("bucket").set_index("bucket")["label"] if "label" in lateness else None
+    labelled = first is not None and ((first != "").any() or (lateness["label"] != "").any())
     what = "collective" if labelled else "bucket"
     title = title.replace("{what}", what)
-    # rank × bucket grid (max over micro-steps), filled with numpy: pivot_table costs ~20 ms here.
-    ranks, r_idx = np.unique(lateness["rank"].to_numpy(), return_inverse=True)
-    buckets, b_idx = np.unique(lateness["bucket"].to_numpy(), return_inverse=True)
-    z = np.full((len(ranks), len(buckets)), -np.inf)
-    np.maximum.at(z, (r_idx, b_idx), lateness["late_ns"].to_numpy(dtype=float) / 1e6)
-    z = np.where(np.isinf(z), None, z)
+    z = _max_grid(r_idx, b_idx, lateness["late_ns"].to_numpy(dtype=float) / 1e6, (len(ranks), len(buckets)))
+    z[np.isinf(z)] = np.nan      # a gap in the heatmap (null in its JSON)
     yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
     if len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks])
     xaxis = {"title": {"text": what if not labelled else "collective, in order of first launch"}}
     x = buckets.tolist()
     if labelled:   # "all_gather #3": the collective's op and its place in the step's launch order, as categories
-        first = lateness.drop_duplicates("bucket").set_index("bucket")["label"]
         x = [str(first.get(b, b)) for b in buckets]
         xaxis.update(type="category")
         if len(x) > 40:   # names under 243 columns were cut to "all_gat" and overlapped: every k-th number
@@ -48,14 +48,41 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     height = int(min(700, max(260, 140 + 8 * len(ranks))))
     # The hover names the column by its x: a name per cell (customdata) was half of the 7.2 MB this
     # figure took for one step of the 1,024-rank run (benchmarks/scale.py's 10^8-event run).
-    return {"data": [{"type": "heatmap", "z": z.tolist(), "x": x,
-                      "y": ranks.tolist(), "colorscale": P.HEAT_SCALE, "zmin": 0,
+    # z and y stay numpy arrays: Dash's JSON (plotly's, with orjson) falls back to walking every
+    # element when a response holds components (the Replay's cards), and a 1,024 × 243 z as lists
+    # cost ~170 ms of that walk per step change; arrays are passed to orjson whole (session 10).
+    return {"data": [{"type": "heatmap", "z": z, "x": x,
+                      "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
                       "hovertemplate": (f"rank %{{y}} · {what} %{{x}}<br>launched %{{z:.2f}} ms after the first rank"
                                         "<extra></extra>")}],
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
                        "height": height, "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
                        "xaxis": xaxis, "yaxis": yaxis}}
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(values, return_inverse=True) of integers, by counting when their range is small
+    (ranks, bucket and collective numbers) rather than sorting."""
+    if not len(values) or values.dtype.kind not in "iu":
+        return np.unique(values, return_inverse=True)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values) + 1024:
+        return np.unique(values, return_inverse=True)
+    present = np.bincount(values - lo, minlength=hi - lo + 1) > 0
+    code = np.cumsum(present) - 1
+    return (np.flatnonzero(present) + lo).astype(values.dtype), code[values - lo]
+
+
+def _max_grid(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """The largest value per (row, col) cell, -inf where none."""
+    z = np.full(shape, -np.inf)
+    flat = rows * shape[1] + cols
+    if len(flat) and np.bincount(flat, minlength=z.size).max() == 1:   # one value a cell: no reduction needed
+        z.ravel()[flat] = values
+    else:
+        np.maximum.at(z.ravel(), flat, values)
+    return z
 
 
 def empty_figure(message: str) -> dict:

@@ -181,7 +181,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out["lateness"] = PV.rank_step_lateness(comm, events, first, late=late)
     if replay_dir is not None:
         try:
-            out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.parquet", late)
+            out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.arrow", late)
         except steplateness.NotKept:      # the summary then keeps no Replay tables (never some ranks' only)
             out["replay"] = False
         out["origin"] = PV.step_origins(*intervals)

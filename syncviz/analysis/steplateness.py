@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 LATENESS_COLUMNS = ["rank", "step", "micro", "bucket", "late_ns", "label"]
 _SCHEMA = pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("micro", pa.int32()), ("bucket", pa.int64()),
@@ -39,8 +38,8 @@ class NotKept(Exception):
 
 
 def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
-    """Write ``late`` (partial_views.lateness_rows of one partition) to ``path``: one row group per
-    step, in step order. Returns {"file": name, "steps": [step of each row group]}, or None when
+    """Write ``late`` (partial_views.lateness_rows of one partition) to ``path``: one record batch
+    per step, in step order. Returns {"file": name, "steps": [step of each batch]}, or None when
     there is nothing to keep. Raises NotKept when the file does not read back equal."""
     if late is None or not len(late):
         return None
@@ -52,39 +51,43 @@ def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
         table, steps = table.take(pa.array(order)), steps[order]
     keys, lo = np.unique(steps, return_index=True)
     hi = np.r_[lo[1:], len(steps)]
-    with pq.ParquetWriter(path, _SCHEMA, compression="zstd") as w:
+    table = table.combine_chunks()        # one chunk, one dictionary: a slice is one batch
+    with pa.ipc.new_file(path, _SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
         for a, b in zip(lo, hi):
-            w.write_table(table.slice(int(a), int(b - a)), row_group_size=int(b - a) or 1)
-    back = pq.read_table(path)
-    if not back.equals(table):
+            w.write_batch(table.slice(int(a), int(b - a)).to_batches()[0])
+    if not read_back(path).equals(table):
         path.unlink(missing_ok=True)
         raise NotKept(f"{path.name} did not read back equal")
     return {"file": path.name, "steps": [int(k) for k in keys]}
 
 
+def read_back(path: Path) -> pa.Table:
+    """A whole piece, as write_piece checks it (read into memory: nothing refers to the file after)."""
+    with pa.OSFile(str(path)) as f:
+        return pa.ipc.open_file(f).read_all()
+
+
 class KeptLateness:
     """The kept pieces of one run (``pieces``: write_piece's dicts, files in ``folder``): one step's
-    rows of every rank. Files are opened on first use and kept open (a Parquet footer is parsed once)."""
+    rows of every rank. Files are memory-mapped on first use and kept open (a footer is read once)."""
 
     def __init__(self, folder: Path, pieces: list[dict]):
         self.folder, self.pieces = Path(folder), pieces
-        self._files: dict[str, pq.ParquetFile] = {}
+        self._files: dict[str, pa.ipc.RecordBatchFileReader] = {}
         self._lock = threading.Lock()
         self._where = [{s: i for i, s in enumerate(p["steps"])} for p in pieces]
 
-    def _file(self, name: str) -> pq.ParquetFile:
-        with self._lock:
-            if name not in self._files:
-                self._files[name] = pq.ParquetFile(self.folder / name)
-            return self._files[name]
+    def _file(self, name: str) -> pa.ipc.RecordBatchFileReader:
+        if name not in self._files:
+            self._files[name] = pa.ipc.open_file(pa.memory_map(str(self.folder / name)))
+        return self._files[name]
 
     def step(self, step: int) -> pd.DataFrame:
         """tables.sync_lateness' rows of ``step`` (less launch_ns), every rank, in rank order."""
-        # no thread pool: a row group is small, and a read-ahead thread may still be reading when the process exits
-        parts = [self._file(p["file"]).read_row_group(where[step], use_threads=False)
-                 for p, where in zip(self.pieces, self._where) if step in where]
+        with self._lock:      # the page and the read-ahead thread share the readers
+            parts = [self._file(p["file"]).get_batch(where[step])
+                     for p, where in zip(self.pieces, self._where) if step in where]
         if not parts:
             return _table(pd.DataFrame({c: pd.Series(dtype=object if c == "label" else np.int64)
                                         for c in LATENESS_COLUMNS})).to_pandas()
-        t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        return t.to_pandas(use_threads=False)
+        return pa.Table.from_batches(parts).to_pandas(use_threads=False)
