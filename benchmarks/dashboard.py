@@ -4,6 +4,8 @@ Replay page, then move the step slider.
     python benchmarks/dashboard.py                      # 64 ranks x 500 steps x 32 buckets
     python benchmarks/dashboard.py --ranks 256 --steps 125
     python benchmarks/dashboard.py --pages            # also: first open of every page, fresh server each
+    python benchmarks/dashboard.py --root /tmp/syncviz-scale --run llama70b-1024x240-b1   # a run of yours
+                                                      # (benchmarks/scale.py's 10^8-event run, summarized)
 
 Prints, for the cold open (fresh server, nothing cached) and a warm re-open, the time from
 navigation start to the drawn timeline, and for each slider move the server time of the redraw
@@ -26,7 +28,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-START = 1            # the replay opens at the first step after warm-up
 OPEN_TARGET_S = 3.0
 SLIDER_TARGET_MS = 200.0
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -105,15 +106,20 @@ def browser():
     return driver
 
 
-def wait_drawn(driver, step: int, timeout: float = 60.0) -> float:
-    """ms after navigation start at which the timeline showed ``step``."""
+def wait_drawn(driver, step: int | None, timeout: float = 60.0) -> float:
+    """ms after navigation start at which the timeline showed ``step`` (None: the first step drawn)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        t = driver.execute_script("return window.__drawn && window.__drawn[arguments[0]];", step)
+        t = driver.execute_script("var d = window.__drawn || {}; var k = arguments[0] === null ? Object.keys(d)[0] : arguments[0];"
+                                  "return k === undefined ? null : d[k];", step)
         if t is not None:
             return float(t)
         time.sleep(0.01)
     raise TimeoutError(f"step {step} was not drawn within {timeout} s")
+
+
+def first_drawn(driver) -> int:
+    return int(driver.execute_script("return Object.keys(window.__drawn)[0];"))
 
 
 def last_callback_timing(driver, after_ms: float) -> list[float]:
@@ -123,6 +129,15 @@ def last_callback_timing(driver, after_ms: float) -> list[float]:
           .filter(e => e.name.indexOf('_dash-update-component') >= 0 && e.startTime >= arguments[0])
           .map(e => (e.serverTiming || []).filter(t => t.name === 'app').map(t => t.duration)[0]);
     """, after_ms)
+
+
+def last_callback_end(driver, after_ms: float) -> float:
+    """When (ms after navigation start) the last callback response that started after ``after_ms`` arrived."""
+    return float(driver.execute_script("""
+        return Math.max(...performance.getEntriesByType('resource')
+          .filter(e => e.name.indexOf('_dash-update-component') >= 0 && e.startTime >= arguments[0])
+          .map(e => e.responseEnd));
+    """, after_ms))
 
 
 def timeline_of_open(driver) -> str:
@@ -232,19 +247,34 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "syncviz-bench-dash")
     ap.add_argument("--pages", action="store_true", help="also time the first open of every page (fresh server each)")
     ap.add_argument("--pages-only", action="store_true", help="only time the first open of every page")
+    ap.add_argument("--root", type=Path, help="time the Replay of a run of yours under ROOT (with --run) instead")
+    ap.add_argument("--run", help="that run's name (a run too big to read whole: `syncviz summary` it first)")
     args = ap.parse_args(argv)
+    if bool(args.root) != bool(args.run):
+        ap.error("--root and --run go together")
     from selenium.webdriver.common.keys import Keys
 
-    args.dir.mkdir(parents=True, exist_ok=True)
-    run = make_run(args.dir, args.ranks, args.steps, args.buckets)
-    n_events = args.ranks * args.steps * args.buckets
-    size_mb = sum(p.stat().st_size for p in run.iterdir()) / 1e6
+    if args.root:
+        run, name = args.root / args.run, args.run
+        if not (run / "run.json").exists():
+            ap.error(f"{run}: not a syncviz run (no run.json)")
+        args.dir = args.root
+        meta = json.loads((run / "run.json").read_text())
+        shape = f"{args.run}: {meta.get('world_size')} ranks"
+    else:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        run, name = make_run(args.dir, args.ranks, args.steps, args.buckets), "big"
+        n_events = args.ranks * args.steps * args.buckets
+        shape = f"{args.ranks} ranks x {args.steps} steps x {args.buckets} buckets = {n_events:,} bucket events"
+    size_mb = sum(p.stat().st_size for p in run.iterdir() if p.is_file()) / 1e6
+    if (args.pages or args.pages_only) and args.root:
+        ap.error("--pages times the synthetic run (it removes and rewrites its disk cache)")
     if args.pages or args.pages_only:
         load = os.getloadavg()[0]
         cold = first_open_pages(args.dir)
         warm_cpu = warm_cache(run)
         rows = first_open_pages(args.dir, cached=True)
-        print(f"first open of every page, fresh server each ({n_events:,} bucket events, load average {load:.1f} "
+        print(f"first open of every page, fresh server each ({shape}, load average {load:.1f} "
               f"on {os.cpu_count()} cores; target <= {OPEN_TARGET_S:.0f} s), with the run's disk cache as "
               f"`syncviz trace` leaves it (written once in {warm_cpu:.1f} s of CPU) and without it (analysed on open):")
         for (page, secs, cpu), (_, cold_secs, cold_cpu) in zip(rows, cold):
@@ -257,22 +287,23 @@ def main(argv=None) -> int:
     server = start_server(args.dir, port)
     driver = browser()
     try:
-        url = f"http://127.0.0.1:{port}/replay?run=big"
+        url = f"http://127.0.0.1:{port}/replay?run={name}"
         driver.get(f"http://127.0.0.1:{port}/_dash-layout")   # chromium itself warmed up, not timed
         load_before = os.getloadavg()[0]
         cpu0 = cpu_seconds(server.pid)
         driver.get(url)
-        cold_ms = wait_drawn(driver, START)
+        cold_ms = wait_drawn(driver, None)
+        start = first_drawn(driver)
         cold_cpu = cpu_seconds(server.pid) - cpu0
         cold_server = [t for t in last_callback_timing(driver, 0) if t is not None]
         cold_detail = timeline_of_open(driver)
         driver.get(url)
-        warm_ms = wait_drawn(driver, START)
+        warm_ms = wait_drawn(driver, start)
         warm_detail = timeline_of_open(driver)
 
-        server_ms, browser_ms, sources = [], [], []
+        server_ms, browser_ms, sources, received_ms = [], [], [], []
         keys = [Keys.ARROW_RIGHT] * (args.moves // 2) + [Keys.PAGE_UP] * (args.moves - args.moves // 2)
-        step = START
+        step = start
         for key in keys:
             # Radix slider: ArrowRight = +1 step, PageUp = +10 steps (new steps: nothing cached).
             expect = step + (1 if key == Keys.ARROW_RIGHT else 10)
@@ -282,6 +313,7 @@ def main(argv=None) -> int:
             timings = [t for t in last_callback_timing(driver, t0) if t is not None]
             server_ms.append(max(timings) if timings else float("nan"))
             browser_ms.append(drawn - t0)
+            received_ms.append(last_callback_end(driver, t0) - t0)
             sources.append(driver.execute_script(
                 "return document.querySelector('#replay-timeline .js-plotly-plot').layout.meta.source;"))
             step = expect
@@ -292,8 +324,7 @@ def main(argv=None) -> int:
 
     ok_open = cold_ms / 1e3 <= OPEN_TARGET_S
     ok_slider = max(server_ms) <= SLIDER_TARGET_MS
-    print(f"run: {args.ranks} ranks x {args.steps} steps x {args.buckets} buckets = {n_events:,} bucket events "
-          f"({size_mb:.0f} MB on disk), {os.cpu_count()} CPU cores")
+    print(f"run: {shape} ({size_mb:.0f} MB on disk), {os.cpu_count()} CPU cores")
     print(f"open replay page, cold server (load + first step): drawn {cold_ms / 1e3:.2f} s after navigation start "
           f"(target <= {OPEN_TARGET_S:.0f} s: {'PASS' if ok_open else 'FAIL'}); slowest callback "
           f"{max(cold_server) if cold_server else float('nan'):.0f} ms of server time; the server used "
@@ -304,9 +335,11 @@ def main(argv=None) -> int:
     print(f"slider moves ({len(server_ms)}, each to a step not drawn before): server time median "
           f"{statistics.median(server_ms):.0f} ms, max {max(server_ms):.0f} ms (target <= {SLIDER_TARGET_MS:.0f} ms: "
           f"{'PASS' if ok_slider else 'FAIL'}); key press -> drawn in the browser median "
-          f"{statistics.median(browser_ms):.0f} ms, max {max(browser_ms):.0f} ms")
-    print("  each move: " + ", ".join(f"{ms:.0f} ms ({'block' if src.startswith('block') else 'alone'})"
-                                     for ms, src in zip(server_ms, sources)))
+          f"{statistics.median(browser_ms):.0f} ms, max {max(browser_ms):.0f} ms; of which until the response "
+          f"arrived: median {statistics.median(received_ms):.0f} ms (the rest is Plotly drawing it)")
+    print("  each move (server ms, drawn ms, source): " + ", ".join(
+        f"{ms:.0f}/{b:.0f} ({'block' if src.startswith('block') else 'kept' if src.startswith('kept') else 'alone'})"
+        for ms, b, src in zip(server_ms, browser_ms, sources)))
     # Exit status reflects the targets only with --strict: on a shared machine they measure the load too.
     return 0 if (ok_open and ok_slider) or not args.strict else 1
 

@@ -179,3 +179,25 @@ def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path
 def test_sync_lateness_is_launch_lateness_on_ddp(tmp_path):
     run = load_run(make_ddp_run(tmp_path / "ddp", steps=3, world=3, straggler=1, straggle_ms=2.0))
     pd.testing.assert_frame_equal(A.sync_lateness(run).drop(columns="label"), A.launch_lateness(run))
+
+
+def test_many_bars_are_drawn_with_webgl(tmp_path, monkeypatch):
+    """Above GL_BARS bars (a ZeRO-3 step of four ranks has ~3,200) the timeline draws WebGL segments
+    with hover points, as it does above GL_ROWS rows; below, SVG bars. The same rows either way."""
+    from syncviz.views import timeline as VT
+    run = load_run(make_ddp_run(tmp_path / "d"))
+    ev_ = run.events[run.events["step"] == 1]
+    comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
+    args = dict(ranks=[0, 1], t0=step_origin(comp, comm))
+    svg = timeline_figure(comp, comm, exp, **args)
+    n_bars = sum(len(t["x"]) for t in svg["data"] if t["type"] == "bar")
+    assert {t["type"] for t in svg["data"]} <= {"bar", "scatter"} and n_bars <= VT.GL_BARS
+    monkeypatch.setattr(VT, "GL_BARS", n_bars - 1)
+    gl = timeline_figure(comp, comm, exp, **args)
+    assert {t["type"] for t in gl["data"]} == {"scattergl"}
+    assert gl["layout"]["meta"]["rows"] == svg["layout"]["meta"]["rows"]
+    hover = [t for t in gl["data"] if t["meta"]["role"] == "hover"]
+    # one hover point per compute bar and per collective (its hollow and solid bars are one)
+    assert sum(len(t["x"]) for t in hover) == sum(len(t["x"]) for t in svg["data"] if t["meta"]["role"] == "bar")
+    monkeypatch.setattr(VT, "GL_BARS", n_bars)
+    assert {t["type"] for t in timeline_figure(comp, comm, exp, **args)["data"]} <= {"bar", "scatter"}

@@ -10,8 +10,8 @@ end and duration in ms since the step's first event.
 
 Figures are dicts, not plotly.graph_objects: building a validated go.Figure of a 64-rank step costs
 more than analysing the step, and the slider must redraw within 200 ms of server time. Up to
-GL_ROWS rows are drawn as SVG bars (hover anywhere on a bar); more as WebGL line segments with one
-hover point per bar.
+GL_ROWS rows and GL_BARS bars are drawn as SVG bars (hover anywhere on a bar); more as WebGL line
+segments with one hover point per bar.
 """
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ from syncviz.trace import schema as S
 from syncviz.views import palette as P
 
 GL_ROWS = 160
+# A ZeRO-3 step of the four ranks the Replay draws of a 1,024-rank run (benchmarks/scale.py's 10^8
+# run) is ~3,200 bars: as SVG each redraw took 500-580 ms in headless Chromium, as WebGL segments
+# 54-63 ms after a first draw of ~0.6 s (session 10, /tmp timing script); a DDP step of 64 buckets
+# on 4 ranks is ~600 bars and stays SVG.
+GL_BARS = 1500
 BAND = 0.7            # bar thickness, in rows
 MAX_HEIGHT = 1100     # px: the figure scrolls inside itself beyond this, the page does not grow
 
@@ -147,12 +152,13 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     comm_lanes = bars.groupby("rank")["lane"].max().add(1).to_dict() if len(bars) else {}
     rows = _Rows(ranks, labels, comm_lanes)
     n_rows = len(rows.names)
-    gl = n_rows > GL_ROWS
+    comp = compute[compute["rank"].isin(shown)]
+    ex = exposed[exposed["rank"].isin(shown)]
+    gl = n_rows > GL_ROWS or len(comp) + len(ex) + 2 * len(bars) > GL_BARS    # a comm bar is two: hollow and solid
     px_row = 26 if not gl else max(2.0, min(14.0, 900.0 / max(1, n_rows)))
     width_px = max(1.0, px_row * BAND)
     data: list[dict] = []
 
-    comp = compute[compute["rank"].isin(shown)]
     for kind in (S.FORWARD, S.BACKWARD, S.OPTIMIZER):
         f = comp[comp["kind"] == kind]
         if not len(f):
@@ -168,7 +174,6 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
         else:
             data.append(_bars(label, y, s, e, P.PHASE[kind], role="bar", customdata=custom, hover=COMPUTE_HOVER))
 
-    ex = exposed[exposed["rank"].isin(shown)]
     if len(ex):
         y = ex["rank"].map(rows.compute_y).to_numpy()
         s, e = _ms(ex["start_ns"], t0), _ms(ex["end_ns"], t0)
