@@ -50,7 +50,7 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     # figure took for one step of the 1,024-rank run (benchmarks/scale.py's 10^8-event run).
     # z and y stay numpy arrays: Dash's JSON (plotly's, with orjson) falls back to walking every
     # element when a response holds components (the Replay's cards), and a 1,024 × 243 z as lists
-    # cost ~170 ms of that walk per step change; arrays are passed to orjson whole (session 10).
+    # cost ~150 ms of that walk per step change; arrays are passed to orjson whole (session 10).
     return {"data": [{"type": "heatmap", "z": z, "x": x,
                       "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
