@@ -92,9 +92,7 @@ class KeptReplay:
 
     def lateness(self, step: int) -> pd.DataFrame:
         """tables.sync_lateness rows of ``step`` (every rank; less launch_ns, which nothing drawn uses)."""
-        late = self._lateness.step(step)
-        late["label"] = late["label"].astype(object)
-        return late
+        return self._lateness.step(step)
 
     def origin(self, step: int) -> int:
         return int(self._origin.get(step, 0))

@@ -36,9 +36,9 @@ def lateness_rows(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | N
     """tables.sync_lateness' rows of these ranks (rank, step, micro, bucket, late_ns, label; no
     launch_ns), plus ``buckets``: whether the row is a bucket's. ``late_ns`` = launch − the earliest
     launch of the same bucket, or of the same collective in a step without buckets, among all ranks
-    (``first``: pass 1's bucket_first; ``events``: combine_events). A collective's ``bucket`` is its
-    place in its step's order of first launch over all ranks, as sync_lateness numbers it
-    (collective_order). Rows are in sync_lateness' order when the partition is the whole run (a
+    (``first``: pass 1's bucket_first; ``events``: combine_events with with_collective_order's
+    columns). A collective's ``bucket`` is its place in its step's order of first launch over all
+    ranks, as sync_lateness numbers it (collective_order). Rows are in sync_lateness' order when the partition is the whole run (a
     step's rows by rank). ``occ``: Q.occurrences of comm's wire rows when the caller has it (its
     collective rows are numbered as the collectives alone would be: kind is part of the identity)."""
     parts = []
@@ -58,8 +58,7 @@ def lateness_rows(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | N
         c = c[~c["step"].isin(first.index.get_level_values("step").unique()).to_numpy()]
     if len(c):
         ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
-        ordinal, label = (events["order"].to_numpy(), events["label"].to_numpy()) if "order" in events \
-            else collective_order(events, first)
+        ordinal, label = events["order"].to_numpy(), events["label"].to_numpy()
         parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
                                    "micro": c["micro"].to_numpy(), "bucket": ordinal[ev_id],
                                    "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id],
@@ -100,13 +99,10 @@ def with_collective_order(events: pd.DataFrame, first: pd.Series | None) -> pd.D
     return events.assign(order=ordinal, label=label)
 
 
-def rank_step_lateness(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
-                       occ: pd.DataFrame | None = None, late: pd.DataFrame | None = None) -> pd.DataFrame | None:
+def rank_step_lateness(late: pd.DataFrame | None) -> pd.DataFrame | None:
     """Per (rank, step) of these ranks: the sum and count of tables.sync_lateness' ``late_ns``
-    (lateness_rows), and whether they are of buckets (a step's rows are all buckets or all
-    collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact). ``late``:
-    lateness_rows when the caller has them."""
-    late = lateness_rows(comm, events, first, occ) if late is None else late
+    (``late``: lateness_rows), and whether they are of buckets (a step's rows are all buckets or all
+    collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact)."""
     if late is None:
         return None
     g = late.groupby(["rank", "step"])

@@ -178,7 +178,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     # groups), so the headline steps' rows of it are exactly occurrences(hw) (the stragglers)
     occ = Q.occurrences(wire) if len(wire) else None
     late = PV.lateness_rows(comm, events, first, occ)
-    out["lateness"] = PV.rank_step_lateness(comm, events, first, late=late)
+    out["lateness"] = PV.rank_step_lateness(late)
     if replay_dir is not None:
         try:
             out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.arrow", late)

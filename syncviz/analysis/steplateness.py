@@ -88,6 +88,9 @@ class KeptLateness:
             parts = [self._file(p["file"]).get_batch(where[step])
                      for p, where in zip(self.pieces, self._where) if step in where]
         if not parts:
-            return _table(pd.DataFrame({c: pd.Series(dtype=object if c == "label" else np.int64)
+            late = _table(pd.DataFrame({c: pd.Series(dtype=object if c == "label" else np.int64)
                                         for c in LATENESS_COLUMNS})).to_pandas()
-        return pa.Table.from_batches(parts).to_pandas(use_threads=False)
+        else:
+            late = pa.Table.from_batches(parts).to_pandas(use_threads=False)
+        late["label"] = late["label"].astype(object)      # as sync_lateness gives it (the file's is a dictionary)
+        return late
