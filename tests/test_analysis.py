@@ -106,3 +106,27 @@ def test_large_trace_is_vectorized(tmp_path):
     assert (s["overlapped_ns"] <= s["comm_busy_ns"]).all() and (s["exposed_ns"] > 0).all()
     b = A.bucket_metrics(events)
     assert len(b) == ranks * n_steps * n_b
+
+
+def test_blocking_collective_is_cut_out_of_compute():
+    """A synchronous host collective (" (blocking)") inside the forward is time the rank did not
+    compute: [12, 15] is cut out of forward [10, 20]; a non-blocking collective and a missing name
+    cut nothing. The same whether names are categoricals (as read from a run) or plain strings."""
+    from syncviz.analysis.intervals import blocking_rows, compute_intervals
+    from syncviz.trace import schema as S
+    evs = [ev("forward", 10, 20), ev("backward", 20, 30),
+           ev("collective", 12, 15, name="all_reduce" + S.BLOCKING, op="all_reduce", nbytes=8),
+           ev("collective", 16, 18, name="all_gather", op="all_gather", nbytes=8),
+           ev("collective", 25, 27, name="x", op="all_reduce", nbytes=8)]
+    plain = pd.DataFrame(columns(evs)).assign(rank=0)
+    plain.loc[4, "name"] = None                         # a missing name is never blocking
+    typed = plain.astype({c: "category" for c in S.CATEGORICAL_COLUMNS})
+    for frame in (plain, typed):
+        b = blocking_rows(frame)
+        assert b.index.tolist() == [2]
+        comp = compute_intervals(frame)
+        fwd = comp[comp["kind"] == "forward"].sort_values("start_ns")
+        assert list(zip(fwd["start_ns"], fwd["end_ns"])) == [(10 * MS, 12 * MS), (15 * MS, 20 * MS)]
+        bwd = comp[comp["kind"] == "backward"]
+        assert list(zip(bwd["start_ns"], bwd["end_ns"])) == [(20 * MS, 30 * MS)]
+    pd.testing.assert_frame_equal(compute_intervals(plain), compute_intervals(typed))

@@ -112,9 +112,17 @@ def innermost_optimizer_rows(opt: pd.DataFrame) -> pd.DataFrame:
 def blocking_rows(events: pd.DataFrame) -> pd.DataFrame:
     """Collective rows during which the calling thread was blocked (synchronous host collectives)."""
     is_coll = (events["kind"] == S.COLLECTIVE).to_numpy()
-    coll = events[is_coll] if is_coll.any() else events.iloc[:0]
-    if not len(coll):
-        return coll
+    if not is_coll.any():
+        return events.iloc[:0]
+    name = events["name"]
+    # each category tested once, not each row: 30 -> 5 ms on 781,440 events of the 10^8 run
+    # (a partition; compute_intervals 84 -> 51 ms), called twice a partition by the summary
+    if isinstance(name.dtype, pd.CategoricalDtype):
+        cats = name.cat.categories
+        blocking = np.r_[np.asarray(pd.Index(cats.astype(str)).str.endswith(BLOCKING), dtype=bool), False]
+        is_coll = is_coll & blocking[name.cat.codes.to_numpy()]    # code -1 (missing): the last, False
+        return _valid_intervals(events[is_coll])
+    coll = events[is_coll]
     return _valid_intervals(coll[as_str(coll["name"]).str.endswith(BLOCKING)])
 
 

@@ -190,7 +190,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     if json_dir is not None:
         out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", PV.bucket_rows(comm))
     if len(comm):
-        hw = wire[wire["step"].isin(hsteps)]
+        hw = _where(wire, wire["step"].isin(hsteps))
         out["n_hw"] = len(hw)
         out["hw"] = spill.write_piece(scratch, f"hw-{tag}", hw, [], ["busbw_gbps", "service_ns", "queue_ns"])
         out["step_busbw"] = spill.write_piece(scratch, f"sb-{tag}", wire, ["step"], ["busbw_gbps"])
@@ -201,12 +201,12 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
             out["exposed_total"] = int(hw["exposed_ns"].sum())
             out["rank_steps"] = hw[["rank", "step"]].drop_duplicates().shape[0]
             _stragglers(out, hw, events, scratch, tag, occ[occ["step"].isin(hsteps).to_numpy()])
-        buckets = comm[(comm["kind"] == S.BUCKET) & comm["step"].isin(hsteps)]
+        buckets = _where(comm, (comm["kind"] == S.BUCKET) & comm["step"].isin(hsteps))
         if len(buckets):
             out["buckets"] = spill.write_piece(scratch, f"b-{tag}", buckets, ["layout", "bucket"], BUCKET_MEDIANS)
             out["bucket_first"] = buckets.groupby(["layout", "bucket"]).agg(bytes=("bytes", "max"),
                                                                              dtype=("dtype", "first"))
-        coll = comm[(comm["kind"] == S.COLLECTIVE) & comm["step"].isin(hsteps)]
+        coll = _where(comm, (comm["kind"] == S.COLLECTIVE) & comm["step"].isin(hsteps))
         if len(coll):
             out["coll"] = spill.write_piece(scratch, f"c-{tag}", coll, ["phase", "op"], ["queue_ns", "busbw_gbps"])
             out["coll_sums"] = coll.groupby(["phase", "op"]).agg(
@@ -221,6 +221,14 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
                                        "ms": ((off["end_ns"] - off["start_ns"]) / 1e6).to_numpy()})
     out["offload_n"] = ev[ev["step"].isin(hsteps) & (ev["kind"] == S.STEP)].groupby(["rank", "step"]).ngroups
     return out
+
+
+def _where(df: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:
+    """``df[mask]``, without copying ~30 columns when every row is kept (the usual case: most
+    steps are headline steps, and a ZeRO-3 run's comm rows are all collectives). Rows, index and
+    values are the same either way; nothing here writes into the result (copy-on-write anyway)."""
+    m = mask.to_numpy(dtype=bool)
+    return df if m.all() else df[m]
 
 
 def _stragglers(out: dict, hw: pd.DataFrame, events: pd.DataFrame, scratch: str, tag: str,
