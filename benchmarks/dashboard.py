@@ -91,6 +91,14 @@ def start_server(root: Path, port: int) -> subprocess.Popen:
     raise SystemExit("server did not start in 60 s")
 
 
+def need_browser() -> None:
+    """One line and exit 1 when there is no browser to drive, before any server or run is made
+    (selenium would print a traceback after trying to download one)."""
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")) or not shutil.which("chromedriver"):
+        raise SystemExit("benchmarks/dashboard.py: needs Debian's chromium and chromium-driver on PATH "
+                         "(bash .ci/browsers.sh installs them)")
+
+
 def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -99,8 +107,7 @@ def browser():
     for f in CHROME_FLAGS:
         opts.add_argument(f)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium:
-        opts.binary_location = chromium
+    opts.binary_location = chromium
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_JS})
     return driver
@@ -250,6 +257,7 @@ def main(argv=None) -> int:
     ap.add_argument("--root", type=Path, help="time the Replay of a run of yours under ROOT (with --run) instead")
     ap.add_argument("--run", help="that run's name (a run too big to read whole: `syncviz summary` it first)")
     args = ap.parse_args(argv)
+    need_browser()
     if bool(args.root) != bool(args.run):
         ap.error("--root and --run go together")
     from selenium.webdriver.common.keys import Keys
