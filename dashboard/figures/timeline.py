@@ -27,6 +27,9 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     ranks, r_idx = _codes(lateness["rank"].to_numpy())
     buckets, b_idx = _codes(lateness["bucket"].to_numpy())
     first = lateness.drop_duplicates("bucket").set_index("bucket")["label"] if "label" in lateness else None
+    # labelled: any row has a label. A step's columns each carry one label (all buckets: "", or all
+    # collectives: "op #n"), so a column's first row answers it (243 strings, not 250,000); every row
+    # is compared only when those say no, as the rule was stated before.
     labelled = first is not None and ((first != "").any() or (lateness["label"] != "").any())
     what = "collective" if labelled else "bucket"
     title = title.replace("{what}", what)

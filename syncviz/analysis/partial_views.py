@@ -38,9 +38,10 @@ def lateness_rows(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | N
     launch of the same bucket, or of the same collective in a step without buckets, among all ranks
     (``first``: pass 1's bucket_first; ``events``: combine_events with with_collective_order's
     columns). A collective's ``bucket`` is its place in its step's order of first launch over all
-    ranks, as sync_lateness numbers it (collective_order). Rows are in sync_lateness' order when the partition is the whole run (a
-    step's rows by rank). ``occ``: Q.occurrences of comm's wire rows when the caller has it (its
-    collective rows are numbered as the collectives alone would be: kind is part of the identity)."""
+    ranks, as sync_lateness numbers it (collective_order). Rows are in sync_lateness' order when the
+    partition is the whole run (a step's rows by rank). ``occ``: Q.occurrences of comm's wire rows
+    when the caller has it (its collective rows are numbered as the collectives alone would be:
+    kind is part of the identity)."""
     parts = []
     if first is not None:
         b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
