@@ -180,16 +180,18 @@ def _wrap(name: str, orig, describe):
     return collective
 
 
-def bucket_all_reduce(rec, tensor, group, bucket: int):
+def bucket_all_reduce(rec, tensor, group, bucket: int, opts=None):
     """DDP's default bucket all-reduce, issued by syncviz's comm hook (record/ddp.py): the same
     "all_reduce" row the wrapper above would record, without its own completion callback. Returns
     (work, row): the hook's one callback stamps ``row.done`` with the bucket's done time (row is
     None when collectives are not being recorded). One Python callback per bucket on the backend's
-    thread instead of two: each needs the GIL, which the training thread then waits for."""
+    thread instead of two: each needs the GIL, which the training thread then waits for.
+    ``opts``: the reducer's own AllreduceOptions (record/reducer_group.py), issued as given."""
+    issue = _issue_all_reduce if opts is None else (lambda t, g: g.allreduce([t], opts))
     if _REC is not rec or rec.quiet or rec.closed:
-        return _issue_all_reduce(tensor, group), None
+        return issue(tensor, group), None
     launch = rec.now()
-    work = _issue_all_reduce(tensor, group)
+    work = issue(tensor, group)
     row = CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", max(rec.micro, 0), launch, _nb(tensor),
                          S.dtype_name(tensor.dtype), group.size(), bucket=bucket)
     row.work = work

@@ -1,7 +1,14 @@
-"""DDP instrumentation: one comm hook, registered when the DDP model is built, that times every
-gradient bucket's communication (launch when DDP calls the hook, done when its future completes,
-GPU-side times from CUDA events on CUDA) whatever hook is in force: DDP's default all-reduce,
-reproduced bit for bit, the user's own hook, or a built-in one. Part of syncviz.record."""
+"""DDP instrumentation: every gradient bucket's communication timed (launch when it is issued,
+done when its future completes, GPU-side times from CUDA events on CUDA) whatever hook is in
+force. Part of syncviz.record.
+
+Two ways in, one row format:
+- DDP's default all-reduce on CPU: no comm hook at all. The reducer's process group is wrapped
+  (record/reducer_group.py) and each bucket's all-reduce is timed as the reducer issues it, with
+  DDP's 1/N still fused into its copy into the bucket (a hook would need a separate pass).
+- Otherwise (CUDA, ``--grad-values``, a user's or a built-in hook): one comm hook, registered when
+  the DDP model is built, that reproduces DDP's default all-reduce bit for bit or calls the user's
+  hook; a user's later register_comm_hook swaps its target (on CPU it is registered then)."""
 from __future__ import annotations
 
 import weakref
@@ -10,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
+from syncviz.record import reducer_group as RG
 from syncviz.record.collectives import bucket_all_reduce
 from syncviz.record.cudaclock import timing_event
 
@@ -33,6 +41,9 @@ class _BucketHook:
         self.name = name
         self.user_registered = False
         self._layout = 0
+        self.group: RG.ReducerGroup | None = None   # the reducer's wrapped group (default path on CPU)
+        self._next = 0                              # the bucket index of the reducer's next all-reduce
+        self._sizes: dict[int, list[int]] = {}     # layout -> its buckets' element counts
 
     def __call__(self, state, bucket):  # DDP requires the parameter to be named `bucket`
         rec = self.rec
@@ -87,6 +98,80 @@ class _BucketHook:
 
         return fut.then(done)
 
+    # ------------------------------------------------- DDP's default all-reduce, no hook (CPU)
+    def install_group(self, ddp) -> None:
+        """Time DDP's own bucket all-reduces: the reducer gets a wrapped group (reducer_group.py)."""
+        self.note_layouts()
+        self.group = RG.ReducerGroup(self.pg, self.reducer_allreduce)
+        ddp.reducer._update_process_group(self.group)
+
+    def remove_group(self) -> None:
+        """The reducer back on the real group (a user's hook registered, or the recorder closed)."""
+        ddp = self._ddp()
+        if self.group is not None and ddp is not None:
+            ddp.reducer._update_process_group(self.pg)
+        self.group = None
+
+    def note_layouts(self) -> None:
+        """Which parameters each bucket of the current layout holds, once a layout. DDP rebuilds its
+        buckets once, in the second iteration's forward; this runs after each forward (and at
+        install), never inside the reducer's all-reduce call, which holds the reducer's lock that
+        _get_zeros_like_grad_buckets takes. It allocates a zeroed copy of every bucket (CPU memory,
+        freed at once): the only view of the bucket -> parameters map torch gives."""
+        ddp = self._ddp()
+        if ddp is None:
+            return
+        layout = 1 if getattr(ddp, "_has_rebuilt_buckets", False) else 0
+        self._layout = max(self._layout, layout)
+        if self._layout in self._sizes:
+            return
+        sizes = []
+        for b in ddp.reducer._get_zeros_like_grad_buckets():
+            if not self.rec.layout_seen(self._layout, b.index()):
+                self.rec.note_layout(self._layout, b.index(), b.parameters())
+            sizes.append(b.buffer().numel())
+        self._sizes[self._layout] = sizes
+
+    def forward_pre(self, _module, _args):
+        self._next = 0        # a backward pass reduces buckets from 0
+
+    def forward_post(self, _module, _args, _out):
+        if self._layout not in self._sizes or (not self._layout and getattr(self._ddp(), "_has_rebuilt_buckets", False)):
+            self.note_layouts()
+
+    def _number(self, numel: int) -> int:
+        """Index of the bucket the reducer is all-reducing: the next in order, checked by its size;
+        if the calls and the buckets are out of step, the next bucket of that size."""
+        sizes = self._sizes.get(self._layout, ())
+        i = self._next
+        if i >= len(sizes) or sizes[i] != numel:
+            same = [k for k, n in enumerate(sizes) if n == numel]
+            if same:
+                i = next((k for k in same if k >= i), same[0])
+        self._next = i + 1 if i + 1 < len(sizes) else 0
+        return i
+
+    def reducer_allreduce(self, tensors, opts):
+        """ReducerGroup.allreduce: a bucket (one floating tensor) timed as the comm hook times it, with
+        the same rows (bucket, and its all_reduce issued inside); anything else passed through."""
+        rec = self.rec
+        t = tensors[0] if len(tensors) == 1 else None
+        if t is None or not t.is_floating_point() or self.target is not None or rec.closed:
+            return self.pg.allreduce(tensors, opts)    # e.g. the unused-parameter map (int32)
+        index = self._number(t.numel())
+        nbytes = t.numel() * t.element_size()
+        call = rec.begin_bucket(index, self._layout, nbytes, t.dtype, self.name)
+        call.issued = call.launch     # already scaled by DDP: hook entry and collective call are one
+        with rec.profile_range(index, nbytes):
+            work, row = bucket_all_reduce(rec, t, self.pg, index, opts)
+
+        def done(f, call=call, row=row):
+            call.done = rec.now()
+            if row is not None:
+                row.done, row.work = call.done, None
+            return f.value()
+        return RG.TimedWork(work, work.get_future().then(done))
+
 
 def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
     """Forward/backward/grad-ready hooks plus one comm hook timing every bucket. The comm hook is
@@ -101,7 +186,13 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
     def syncviz_timed_hook(state, bucket):   # DDP checks the name `bucket` and __name__
         return hook(state, bucket)
 
-    ddp.register_comm_hook(state=None, hook=syncviz_timed_hook)
+    if RG.usable(ddp) and rec.grad_values is None:   # --grad-values reads buckets before scaling: the hook
+        hook.install_group(ddp)
+        rec.add_hook_handle(ddp.register_forward_pre_hook(hook.forward_pre))
+        rec.add_hook_handle(ddp.register_forward_hook(hook.forward_post))
+        rec.on_close(lambda _rec: hook.remove_group())
+    else:
+        ddp.register_comm_hook(state=None, hook=syncviz_timed_hook)
 
     ref = weakref.ref(ddp)   # no cycle through the instance's own attributes (see _BucketHook)
 
@@ -112,6 +203,9 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
         if h.user_registered:
             raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
         _ddp._check_comm_hook(hook)
+        if h.group is not None:     # default path so far: the reducer back on its group, our hook in
+            h.remove_group()
+            type(_ddp).register_comm_hook(_ddp, None, syncviz_timed_hook)
         h.target, h.state, h.user_registered = hook, state, True
         h.name = getattr(hook, "__qualname__", getattr(hook, "__name__", "hook"))
         _ddp.logger._set_comm_hook_name(h.name)

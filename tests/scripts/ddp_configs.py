@@ -1,0 +1,80 @@
+"""A plain DDP script under one of DDP's configurations, with no syncviz import: the buckets of
+each must be timed, numbered and mapped to parameters as DDP itself has them (test_reducer_group).
+
+usage: ddp_configs.py --config NAME --steps N --save PATH
+
+Configurations: default, unused (find_unused_parameters with a layer that takes no part),
+static (static_graph), view (gradient_as_bucket_view), accum (no_sync micro-steps, then one
+synced), join (uneven inputs under DDP's join context: rank 1 runs out of batches first),
+buffers (BatchNorm: its buffers broadcast at every forward). Rank 0 saves the parameters and
+DDP's own bucket layout (its logging data: rebuilt_per_bucket_param_indices) to --save.
+"""
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+p = argparse.ArgumentParser()
+p.add_argument("--config", default="default")
+p.add_argument("--steps", type=int, default=4)
+p.add_argument("--save", default="")
+a = p.parse_args()
+
+
+class Net(nn.Module):
+    def __init__(self, unused: bool, bn: bool):
+        super().__init__()
+        self.inp = nn.Linear(64, 96)
+        self.norm = nn.BatchNorm1d(96) if bn else nn.Identity()
+        self.body = nn.Sequential(*[nn.Linear(96, 96) for _ in range(5)])
+        self.spare = nn.Linear(96, 96) if unused else None
+        self.out = nn.Linear(96, 8)
+
+    def forward(self, x):
+        return self.out(self.body(torch.relu(self.norm(self.inp(x)))))
+
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+cfg = a.config
+model = DDP(Net(cfg == "unused", cfg == "buffers"), bucket_cap_mb=0.05,
+            find_unused_parameters=cfg == "unused", static_graph=cfg == "static",
+            gradient_as_bucket_view=cfg == "view")
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def batch(step, micro=0):
+    g = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
+    return torch.randn(16, 64, generator=g), torch.randint(0, 8, (16,), generator=g)
+
+
+def loss(x, y):
+    return nn.functional.cross_entropy(model(x), y)
+
+
+if cfg == "join":
+    steps = a.steps - (1 if rank == 1 else 0)     # rank 1 runs out first; DDP shadows its all-reduces
+    with Join([model]):
+        for step in range(steps):
+            loss(*batch(step)).backward()
+            opt.step()
+            opt.zero_grad()
+else:
+    for step in range(a.steps):
+        if cfg == "accum":
+            with model.no_sync():
+                loss(*batch(step, 1)).backward()
+        loss(*batch(step)).backward()
+        opt.step()
+        opt.zero_grad()
+
+if rank == 0 and a.save:
+    log = model._get_ddp_logging_data()
+    torch.save({"params": {k: v.detach().clone() for k, v in model.module.state_dict().items()},
+                "rebuilt": log.get("rebuilt_per_bucket_param_indices", ""),
+                "names": [n for n, _ in model.module.named_parameters()]}, a.save)
+dist.destroy_process_group()
