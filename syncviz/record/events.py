@@ -33,10 +33,11 @@ class GradReady(NamedTuple):
 
 @dataclass(slots=True)
 class BucketCall:
-    """One call of DDP's comm hook for one gradient bucket."""
+    """One gradient bucket's communication: a call of DDP's comm hook, or (DDP's default all-reduce
+    on CPU, record/reducer_group.py) of the reducer's own all-reduce."""
     index: int
     layout: int        # bucket-layout version (1 after DDP rebuilt its buckets)
-    launch: int        # hook entry (aligned ns)
+    launch: int        # hook entry, or the reducer's call (aligned ns)
     nbytes: int        # the bucket's uncompressed bytes
     dtype: str
     hook: str          # name of the hook in force
