@@ -186,12 +186,11 @@ def bucket_all_reduce(rec, tensor, group, bucket: int, opts=None):
     (work, row): the hook's one callback stamps ``row.done`` with the bucket's done time (row is
     None when collectives are not being recorded). One Python callback per bucket on the backend's
     thread instead of two: each needs the GIL, which the training thread then waits for.
-    ``opts``: the reducer's own AllreduceOptions (record/reducer_group.py), issued as given."""
-    issue = _issue_all_reduce if opts is None else (lambda t, g: g.allreduce([t], opts))
+    ``opts``: see _issue_all_reduce."""
     if _REC is not rec or rec.quiet or rec.closed:
-        return issue(tensor, group), None
+        return _issue_all_reduce(tensor, group, opts), None
     launch = rec.now()
-    work = issue(tensor, group)
+    work = _issue_all_reduce(tensor, group, opts)
     row = CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", max(rec.micro, 0), launch, _nb(tensor),
                          S.dtype_name(tensor.dtype), group.size(), bucket=bucket)
     row.work = work
@@ -199,12 +198,15 @@ def bucket_all_reduce(rec, tensor, group, bucket: int, opts=None):
     return work, row
 
 
-def _issue_all_reduce(tensor, group):
+def _issue_all_reduce(tensor, group, opts=None):
     """A sum all-reduce of a bucket, issued as DDP's C++ default hook issues it: straight to the
     process group (``group.allreduce([tensor], opts)``), not through ``dist.all_reduce``'s Python
     checks (~20-40 µs a call in a traced short-steps run). dist.all_reduce itself (torch's, not
     our wrapper) handles what the direct call would not: a tensor subclass with
-    ``__torch_function__``, a complex tensor, a coalescing block."""
+    ``__torch_function__``, a complex tensor, a coalescing block. ``opts``: the reducer's own
+    options for its bucket (record/reducer_group.py), issued as given."""
+    if opts is not None:
+        return group.allreduce([tensor], opts)
     if (group is None or type(tensor) is not torch.Tensor or tensor.is_complex()
             or group in c10d._world.pg_coalesce_state):
         return _ORIG.get((dist, "all_reduce"), dist.all_reduce)(tensor, group=group, async_op=True)

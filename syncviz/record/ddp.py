@@ -49,9 +49,7 @@ class _BucketHook:
         rec = self.rec
         buf = bucket.buffer()
         index = bucket.index()
-        layout = self._layout
-        if not layout and getattr(self._ddp(), "_has_rebuilt_buckets", False):
-            layout = self._layout = 1     # DDP rebuilds its buckets once, after the first step
+        layout = self.layout_now()
         if not rec.layout_seen(layout, index):
             rec.note_layout(layout, index, bucket.parameters())
         nbytes = buf.numel() * buf.element_size()
@@ -98,6 +96,12 @@ class _BucketHook:
 
         return fut.then(done)
 
+    def layout_now(self) -> int:
+        """The bucket-layout version: 1 once DDP rebuilt its buckets (once, after the first step)."""
+        if not self._layout and getattr(self._ddp(), "_has_rebuilt_buckets", False):
+            self._layout = 1
+        return self._layout
+
     # ------------------------------------------------- DDP's default all-reduce, no hook (CPU)
     def install_group(self, ddp) -> None:
         """Time DDP's own bucket all-reduces: the reducer gets a wrapped group (reducer_group.py)."""
@@ -119,11 +123,7 @@ class _BucketHook:
         _get_zeros_like_grad_buckets takes. It allocates a zeroed copy of every bucket (CPU memory,
         freed at once): the only view of the bucket -> parameters map torch gives."""
         ddp = self._ddp()
-        if ddp is None:
-            return
-        layout = 1 if getattr(ddp, "_has_rebuilt_buckets", False) else 0
-        self._layout = max(self._layout, layout)
-        if self._layout in self._sizes:
+        if ddp is None or self.layout_now() in self._sizes:
             return
         sizes = []
         for b in ddp.reducer._get_zeros_like_grad_buckets():
@@ -136,8 +136,7 @@ class _BucketHook:
         self._next = 0        # a backward pass reduces buckets from 0
 
     def forward_post(self, _module, _args, _out):
-        if self._layout not in self._sizes or (not self._layout and getattr(self._ddp(), "_has_rebuilt_buckets", False)):
-            self.note_layouts()
+        self.note_layouts()   # a no-op but for the forward that rebuilt the buckets
 
     def _number(self, numel: int) -> int:
         """Index of the bucket the reducer is all-reducing: the next in order, checked by its size;
@@ -174,8 +173,9 @@ class _BucketHook:
 
 
 def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
-    """Forward/backward/grad-ready hooks plus one comm hook timing every bucket. The comm hook is
-    registered at construction; a user's later register_comm_hook swaps its target."""
+    """Forward/backward/grad-ready hooks plus every bucket timed: through the reducer's wrapped
+    group (DDP's default all-reduce on CPU) or one comm hook registered at construction; a user's
+    later register_comm_hook becomes that hook's target (registered then, on the CPU path)."""
     if getattr(ddp, "_syncviz_hook", None) is not None:
         return ddp
     rec.index_params(ddp.module)

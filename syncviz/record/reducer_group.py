@@ -54,7 +54,8 @@ class TimedWork(dist.Work):
     the hook's stamp) completes only once the bucket's done time is stamped. Measured: with the
     stamp as a plain callback on the all-reduce's future, the reducer's wait ran ahead of it (a
     future is marked complete before its callbacks run) and a bucket was written unfinished in
-    one run out of three; the comm hook path never was, as DDP waits on the hook's own future."""
+    two runs out of three (tests/scripts/from_code.py); the comm hook path never was, as DDP
+    waits on the hook's own future."""
 
     def __init__(self, work, fut):
         super().__init__()
