@@ -10,7 +10,7 @@ from syncviz.trace import schema as S
 from test_e2e_ddp import SCRIPTS, syncviz, torchrun
 
 pytestmark = pytest.mark.slow
-CONFIGS = ["default", "unused", "static", "view", "accum", "join", "buffers"]
+CONFIGS = ["default", "unused", "static", "view", "accum", "join", "buffers", "regroup"]
 
 
 def _rebuilt(saved: dict) -> dict[int, list[str]]:
@@ -21,7 +21,7 @@ def _rebuilt(saved: dict) -> dict[int, list[str]]:
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_default_allreduce_timed_without_a_hook(tmp_path, config):
-    args = [SCRIPTS / "ddp_configs.py", "--config", config, "--steps", 4]
+    args = [SCRIPTS / "ddp_configs.py", "--config", config, "--steps", 6 if config == "regroup" else 4]
     torchrun(2, *args, "--save", tmp_path / "plain.pt")
     syncviz("trace", "--nproc-per-node", 2, "--out", tmp_path / "run", "--quiet", *args, "--save", tmp_path / "traced.pt")
     plain, traced = torch.load(tmp_path / "plain.pt"), torch.load(tmp_path / "traced.pt")
@@ -45,7 +45,14 @@ def test_default_allreduce_timed_without_a_hook(tmp_path, config):
     c = ev[(ev["kind"] == S.COLLECTIVE) & (ev["bucket"] >= 0)]
     assert len(c) == len(b) and set(c["op"]) == {"all_reduce"}
     # the bucket -> parameter map syncviz wrote is DDP's own (its logging data), where DDP rebuilt
-    if plain["rebuilt"]:
+    if config == "regroup":
+        # moved to a new group after step 1: DDP reset its reducer (layout 2, step 2) and rebuilt its
+        # buckets in step 3's forward (layout 3); every step's buckets timed on either side of it
+        per_step = b.groupby("step")["layout"].agg(lambda x: sorted(set(x)))
+        assert per_step.tolist() == [[0], [1], [2], [3], [3], [3]], per_step
+        mine = lay[(lay["rank"] == 0) & (lay["layout"] == 3)].sort_values(["bucket", "offset"])
+        assert {int(k): g["param"].tolist() for k, g in mine.groupby("bucket")} == _rebuilt(traced)
+    elif plain["rebuilt"]:
         mine = lay[(lay["rank"] == 0) & (lay["layout"] == 1)].sort_values(["bucket", "offset"])
         assert {int(k): g["param"].tolist() for k, g in mine.groupby("bucket")} == _rebuilt(traced)
         # layout 0 until DDP rebuilt its buckets (step 1's forward; static_graph: step 2's), then 1
@@ -61,10 +68,12 @@ def test_default_allreduce_timed_without_a_hook(tmp_path, config):
         assert sorted(b[b["rank"] == 0]["step"].unique()) == [0, 1, 2, 3]
 
 
-def test_grad_values_and_user_hooks_keep_the_comm_hook(tmp_path):
+@pytest.mark.parametrize("config", ["default", "regroup"])
+def test_grad_values_and_user_hooks_keep_the_comm_hook(tmp_path, config):
     """--grad-values reads a bucket before it is scaled: that run keeps the comm hook, numbering the
-    buckets as the reducer's own calls do (the same rows, the same numerics)."""
-    args = [SCRIPTS / "ddp_configs.py", "--config", "default", "--steps", 3]
+    buckets as the reducer's own calls do (the same rows, the same numerics), and follows DDP to a
+    new process group as the wrapped group does."""
+    args = [SCRIPTS / "ddp_configs.py", "--config", config, "--steps", 5]
     syncviz("trace", "--nproc-per-node", 2, "--out", tmp_path / "a", "--quiet", *args, "--save", tmp_path / "a.pt")
     syncviz("trace", "--nproc-per-node", 2, "--out", tmp_path / "b", "--quiet", "--grad-values", *args,
             "--save", tmp_path / "b.pt")
@@ -75,3 +84,52 @@ def test_grad_values_and_user_hooks_keep_the_comm_hook(tmp_path):
     rows = [load_run(tmp_path / d).events.query("kind == 'bucket'")[key].sort_values(key).reset_index(drop=True)
             for d in ("a", "b")]
     assert len(rows[0]) and rows[0].equals(rows[1])
+
+
+def _fallback_worker(rank: int, out: str, store: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from syncviz import record
+    from syncviz.record import reducer_group as RG
+
+    def refuse(*_a, **_k):        # a torch whose reducer takes no Python process group
+        raise TypeError("reducer refuses a Python ProcessGroup")
+    RG.ReducerGroup = refuse
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    with record.tracing(out, name="fallback"):
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(4)]), bucket_cap_mb=0.005)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            model(torch.randn(8, 32)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    dist.destroy_process_group()
+    from syncviz.record.quiesce import quiesce
+    quiesce()
+
+
+def test_falls_back_to_the_comm_hook_when_the_reducer_takes_no_wrapped_group(tmp_path, capfd):
+    """If the reducer cannot be given the wrapped group, the run is not lost and no bucket goes
+    untimed: the comm hook times them (hook entry before the collective call: the 1/N pass)."""
+    import torch.multiprocessing as mp
+    mp.spawn(_fallback_worker, args=(str(tmp_path / "run"), str(tmp_path / "store")), nprocs=2, join=True)
+    assert "its buckets are timed by a comm hook instead" in capfd.readouterr().err
+    ev = load_run(tmp_path / "run").events
+    b = ev[ev["kind"] == S.BUCKET]
+    assert sorted(b.groupby(["rank", "step"]).size().index.tolist()) == [(r, s) for r in (0, 1) for s in range(3)]
+    for (_, step), f in b.groupby(["rank", "step"]):   # step 0: DDP's first 1 MB bucket holds them all
+        assert sorted(f["bucket"]) == list(range(len(f))) and (len(f) > 1 or step == 0)
+    assert (b["launch_ns"] > b["start_ns"]).all()
+
+
+@pytest.mark.parametrize("sizes,calls,expect", [
+    ([100, 50, 50], [100, 50, 50, 100], [0, 1, 2, 0]),    # in order, then the next backward from 0
+    ([100, 50, 70], [100, 70, 100], [0, 2, 0]),           # a call skipped (out of step): matched by size
+    ([], [100, 50, 70], [0, 1, 2]),                       # sizes unknown: counted in order, not all 0
+])
+def test_bucket_numbering(sizes, calls, expect):
+    from syncviz.record.ddp import _BucketHook
+    h = _BucketHook.__new__(_BucketHook)
+    h._layout, h._next, h._sizes = 0, 0, ({0: sizes} if sizes else {})
+    assert [h._number(n) for n in calls] == expect

@@ -11,6 +11,7 @@ Two ways in, one row format:
   hook; a user's later register_comm_hook swaps its target (on CPU it is registered then)."""
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -41,6 +42,7 @@ class _BucketHook:
         self.name = name
         self.user_registered = False
         self._layout = 0
+        self._awaiting_rebuild = True               # DDP rebuilds its buckets once (and after a regroup)
         self.group: RG.ReducerGroup | None = None   # the reducer's wrapped group (default path on CPU)
         self._next = 0                              # the bucket index of the reducer's next all-reduce
         self._sizes: dict[int, list[int]] = {}     # layout -> its buckets' element counts
@@ -97,17 +99,36 @@ class _BucketHook:
         return fut.then(done)
 
     def layout_now(self) -> int:
-        """The bucket-layout version: 1 once DDP rebuilt its buckets (once, after the first step)."""
-        if not self._layout and getattr(self._ddp(), "_has_rebuilt_buckets", False):
-            self._layout = 1
+        """The bucket-layout version: 0, then 1 once DDP rebuilt its buckets (once, in the second
+        step's forward); each change of process group (``regrouped``) and the rebuild after it
+        count one more."""
+        if self._awaiting_rebuild and getattr(self._ddp(), "_has_rebuilt_buckets", False):
+            self._awaiting_rebuild = False
+            self._layout += 1
         return self._layout
+
+    def regrouped(self, ddp, old: dist.ProcessGroup) -> None:
+        """After DDP's ``_update_process_group`` (elastic and fault-tolerant wrappers shrink or grow
+        the world with it): DDP reset its reducer and will rebuild its buckets, and the reducer has
+        the new group, not the wrapper. The buckets are issued on the new group from now on, by
+        the comm hook (``pg``) or through a wrapper around it, and the layouts are counted anew."""
+        self.layout_now()
+        self._layout += 1
+        self._awaiting_rebuild = True
+        if ddp.process_group is old:          # this rank is not in the new group: DDP kept the old one
+            return
+        self.pg = ddp.process_group
+        if self.group is not None:
+            self.group = None
+            self.install_group(ddp)
 
     # ------------------------------------------------- DDP's default all-reduce, no hook (CPU)
     def install_group(self, ddp) -> None:
         """Time DDP's own bucket all-reduces: the reducer gets a wrapped group (reducer_group.py)."""
         self.note_layouts()
-        self.group = RG.ReducerGroup(self.pg, self.reducer_allreduce)
-        ddp.reducer._update_process_group(self.group)
+        group = RG.ReducerGroup(self.pg, self.reducer_allreduce)
+        ddp.reducer._update_process_group(group)
+        self.group = group
 
     def remove_group(self) -> None:
         """The reducer back on the real group (a user's hook registered, or the recorder closed)."""
@@ -147,7 +168,7 @@ class _BucketHook:
             same = [k for k, n in enumerate(sizes) if n == numel]
             if same:
                 i = next((k for k in same if k >= i), same[0])
-        self._next = i + 1 if i + 1 < len(sizes) else 0
+        self._next = i + 1 if i + 1 < len(sizes) or not sizes else 0
         return i
 
     def reducer_allreduce(self, tensors, opts):
@@ -187,7 +208,13 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
         return hook(state, bucket)
 
     if RG.usable(ddp) and rec.grad_values is None:   # --grad-values reads buckets before scaling: the hook
-        hook.install_group(ddp)
+        try:
+            hook.install_group(ddp)
+        except Exception as e:     # a torch whose reducer takes no wrapped group: the comm hook times it
+            hook.remove_group()
+            print(f"[syncviz] rank {rec.rank}: DDP's reducer took no wrapped process group ({type(e).__name__}: {e}); "
+                  "its buckets are timed by a comm hook instead", file=sys.stderr, flush=True)
+    if hook.group is not None:
         rec.add_hook_handle(ddp.register_forward_pre_hook(hook.forward_pre))
         rec.add_hook_handle(ddp.register_forward_hook(hook.forward_post))
         rec.on_close(lambda _rec: hook.remove_group())
@@ -221,8 +248,17 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
             raise RuntimeError(f"syncviz cannot time built-in comm hook {comm_hook_type}")
         register_comm_hook(ref().process_group, fn)
 
+    update_process_group = ddp._update_process_group
+
+    def _update_process_group(new_process_group):
+        _ddp = ref()
+        old = _ddp.process_group
+        update_process_group(new_process_group)
+        _ddp._syncviz_hook.regrouped(_ddp, old)
+
     ddp.register_comm_hook = register_comm_hook
     ddp._register_builtin_comm_hook = register_builtin_comm_hook
+    ddp._update_process_group = _update_process_group
     ddp_meta(rec, ddp)
     return ddp
 

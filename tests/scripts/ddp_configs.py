@@ -6,7 +6,9 @@ usage: ddp_configs.py --config NAME --steps N --save PATH
 Configurations: default, unused (find_unused_parameters with a layer that takes no part),
 static (static_graph), view (gradient_as_bucket_view), accum (no_sync micro-steps, then one
 synced), join (uneven inputs under DDP's join context: rank 1 runs out of batches first),
-buffers (BatchNorm: its buffers broadcast at every forward). Rank 0 saves the parameters and
+buffers (BatchNorm: its buffers broadcast at every forward), regroup (after step 1 DDP is moved to
+a new process group with _update_process_group, as elastic and fault-tolerant wrappers do: DDP resets
+its reducer and rebuilds its buckets again). Rank 0 saves the parameters and
 DDP's own bucket layout (its logging data: rebuilt_per_bucket_param_indices) to --save.
 """
 import argparse
@@ -71,6 +73,8 @@ else:
         loss(*batch(step)).backward()
         opt.step()
         opt.zero_grad()
+        if cfg == "regroup" and step == 1:
+            model._update_process_group(dist.new_group([0, 1]))
 
 if rank == 0 and a.save:
     log = model._get_ddp_logging_data()
