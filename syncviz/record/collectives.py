@@ -46,8 +46,16 @@ _PENDING: dict[int, tuple[object, CollectiveCall]] = {}    # id(work) → (work,
 # Each describer has the signature of the torch function it describes, so Python binds the call's
 # arguments for us (fast, no inspect), and returns (op, bytes, tensor, group, async_op).
 
-def _nb(t) -> int:
+def tensor_bytes(t) -> int:
+    """Bytes of a tensor as a collective moves it. A sparse (COO) tensor, e.g. the gradient of an
+    ``nn.Embedding(sparse=True)``, moves its indices and values, not its dense size: gloo all-gathers
+    them (numel() would count every row of the table: 7.8x the payload in tests/test_reducer_group.py)."""
+    if t.layout == torch.sparse_coo:
+        return t._values().numel() * t.element_size() + t._indices().numel() * t._indices().element_size()
     return t.numel() * t.element_size()
+
+
+_nb = tensor_bytes
 
 
 def _all_reduce(tensor, op=None, group=None, async_op=False):

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from syncviz.record import reducer_group as RG
-from syncviz.record.collectives import bucket_all_reduce
+from syncviz.record.collectives import bucket_all_reduce, tensor_bytes
 from syncviz.record.cudaclock import timing_event
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class _BucketHook:
         layout = self.layout_now()
         if not rec.layout_seen(layout, index):
             rec.note_layout(layout, index, bucket.parameters())
-        nbytes = buf.numel() * buf.element_size()
+        nbytes = tensor_bytes(buf)        # a sparse gradient's bucket: its indices and values
         call = rec.begin_bucket(index, layout, nbytes, buf.dtype, self.name)
         # opt-in (--grad-values): copies a few values out of buf before anything scales it
         values = rec.grad_values.before(bucket, buf, layout, index) if rec.grad_values is not None else None
