@@ -44,6 +44,11 @@ class Coverage:
         lengths = (self.me - self.ms).astype(np.int64)
         self.cum = np.cumsum(lengths) - lengths      # covered length before each merged interval
         self.total = np.bincount(self.mg, weights=lengths, minlength=n_groups)
+        # covered length before each group's first merged interval (looked up per query: one
+        # search per group here instead of one per query, 8 ms a call on 500,000 queries)
+        first = np.searchsorted(self.mg, np.arange(max(n_groups, int(self.mg.max()) + 1 if len(self.mg) else 0)),
+                                side="left")
+        self.group_cum = self.cum[np.minimum(first, len(self.cum) - 1)] if len(self.cum) else first
 
     def _key(self, g, t):
         return g.astype(np.int64) * self.span + (t - self.base[g])
@@ -57,9 +62,7 @@ class Coverage:
         valid = (k >= 0) & (self.mg[kk] == g)
         inside = np.minimum(t, self.me[kk]) - self.ms[kk]
         # covered length from earlier intervals of the same group: cum[kk] - cum[first of group]
-        first = np.searchsorted(self.mg, g, side="left")
-        firstc = self.cum[np.minimum(first, len(self.cum) - 1)]
-        return np.where(valid, self.cum[kk] - firstc + inside, 0.0)
+        return np.where(valid, self.cum[kk] - self.group_cum[g] + inside, 0.0)
 
     def overlap(self, g, s, e) -> np.ndarray:
         """|[s, e] ∩ union| for each query interval."""
@@ -76,27 +79,44 @@ def compute_intervals(events: pd.DataFrame) -> pd.DataFrame:
     """Compute intervals (rank, step, micro, kind, start_ns, end_ns): forward, backward compute
     ([backward start, last gradient ready]), optimizer, and eval forwards (a forward whose backward
     never ran: not training compute, but it keeps the rank busy, so comm under it is overlapped)."""
-    # Filter a frame of the columns used here: filtering the whole event table takes its string
-    # columns along (name, dtype), which made these four filters most of this function's time.
-    ev = events[[c for c in ("rank", "step", "micro", "kind", "start_ns", "end_ns", "layout") if c in events]]
-    fwd = ev[ev["kind"].isin((S.FORWARD, S.EVAL_FORWARD))][["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
-    opt = innermost_optimizer_rows(ev[ev["kind"] == S.OPTIMIZER])
-    opt = opt[["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
-    bwd = ev[ev["kind"] == S.BACKWARD][["rank", "step", "micro", "kind", "start_ns", "end_ns"]].copy()
-    ready = ev[ev["kind"] == S.GRAD_READY]
-    if len(bwd) and len(ready):
-        last = ready.groupby(["rank", "step", "micro"], observed=True)["end_ns"].max().rename("last_ready")
-        bwd = bwd.join(last, on=["rank", "step", "micro"])
-        has = bwd["last_ready"].notna() & (bwd["last_ready"] >= bwd["start_ns"])
-        bwd.loc[has, "end_ns"] = bwd.loc[has, "last_ready"].astype(np.int64)
-        bwd = bwd.drop(columns="last_ready")
-    out = pd.concat([fwd, bwd, opt], ignore_index=True)
-    out["kind"] = as_str(out["kind"])
-    out = _valid_intervals(out)
+    kind = events["kind"]
     blocked = blocking_rows(events)
-    if len(blocked) and len(out):
-        out = subtract_intervals(out, blocked)
+    src, pos, start, end = compute_rows(
+        *(events[c].to_numpy() for c in ("rank", "step", "micro", "start_ns", "end_ns")),
+        events["layout"].to_numpy() if "layout" in events else None,
+        kind.isin((S.FORWARD, S.EVAL_FORWARD)).to_numpy(), (kind == S.BACKWARD).to_numpy(),
+        (kind == S.OPTIMIZER).to_numpy(), (kind == S.GRAD_READY).to_numpy(),
+        _spans(blocked) if len(blocked) else None)
+    out = events.iloc[src][["rank", "step", "micro", "kind", "start_ns", "end_ns"]]
+    out = out.assign(kind=as_str(out["kind"]), start_ns=start, end_ns=end)
+    out.index = pd.RangeIndex(len(out)) if pos is None else pd.Index(pos)
     return out
+
+
+def compute_rows(rank, step, micro, start, end, layout, is_fwd, is_bwd, is_opt, is_ready, blocked=None):
+    """compute_intervals on arrays: for each compute interval, the row it comes from (forward and
+    eval-forward rows, then backward rows, then the innermost optimizer rows, in row order within
+    each), its place in that list before invalid intervals were dropped (None once ``blocked`` —
+    (rank, step, start, end) of blocking collectives — cut some rows in pieces), start and end."""
+    fwd, bwd, opt = np.flatnonzero(is_fwd), np.flatnonzero(is_bwd), np.flatnonzero(is_opt)
+    if len(opt) and layout is not None and (layout[opt] > 0).any():      # innermost_optimizer_rows
+        deepest, _ = K.max_by_key([rank[opt], step[opt]], layout[opt], [rank[opt], step[opt]])
+        opt = opt[layout[opt] == deepest]
+    bend = end[bwd]
+    ready = np.flatnonzero(is_ready)
+    if len(bwd) and len(ready):
+        last, found = K.max_by_key([rank[ready], step[ready], micro[ready]], end[ready],
+                                   [rank[bwd], step[bwd], micro[bwd]])
+        bend = np.where(found & (last >= start[bwd]), last, bend)
+    src = np.concatenate([fwd, bwd, opt])
+    s, e = start[src], np.concatenate([end[fwd], bend, end[opt]])
+    valid = (s >= 0) & (e >= s)
+    pos = np.flatnonzero(valid)
+    src, s, e = src[pos], s[pos], e[pos]
+    if blocked is not None and len(src):
+        row, s, e = subtract_arrays((rank[src], step[src], s, e), blocked)
+        return src[row], None, s, e
+    return src, pos, s, e
 
 
 def innermost_optimizer_rows(opt: pd.DataFrame) -> pd.DataFrame:
@@ -129,15 +149,24 @@ def blocking_rows(events: pd.DataFrame) -> pd.DataFrame:
 def subtract_intervals(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``a`` with the union of ``b``'s intervals of the same (rank, step) cut out: a row
     may become several pieces (same other columns) or vanish."""
-    idx, (ga, gb), base, span = _groups(a, b)
-    mg, ms, me = merge_intervals(gb, b["start_ns"].to_numpy(), b["end_ns"].to_numpy())
-    s, e = a["start_ns"].to_numpy(), a["end_ns"].to_numpy()
+    row, start, end = subtract_arrays(*(_spans(f) for f in (a, b)))
+    out = a.iloc[row].copy()
+    out["start_ns"], out["end_ns"] = start, end
+    return out.reset_index(drop=True)
+
+
+def subtract_arrays(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """subtract_intervals on arrays: ``a`` and ``b`` are (rank, step, start, end); returns, per
+    piece left, the row of ``a`` it comes from and its (start, end), in row order."""
+    (ga, gb), base, span = group_spans(a, b)[1:]
+    mg, ms, me = merge_intervals(gb, b[2], b[3])
+    s, e = a[2], a[3]
     key = lambda g, t: g.astype(np.int64) * span + (t - base[g])  # noqa: E731  (sorted like mg, ms)
     lo = np.searchsorted(key(mg, me), key(ga, s), side="right")   # first cut ending after s
     hi = np.searchsorted(key(mg, ms), key(ga, e), side="left")    # cuts starting before e
     cuts = np.maximum(hi - lo, 0)
     pieces = cuts + 1
-    row = np.repeat(np.arange(len(a)), pieces)
+    row = np.repeat(np.arange(len(s)), pieces)
     j = np.arange(len(row)) - np.repeat(np.cumsum(pieces) - pieces, pieces)   # piece number in row
     k = lo[row] + j
     last = max(len(ms) - 1, 0)
@@ -145,9 +174,7 @@ def subtract_intervals(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     end = np.where(j == cuts[row], e[row], ms[np.clip(k, 0, last)])
     start, end = np.maximum(start, s[row]), np.minimum(end, e[row])
     keep = end > start
-    out = a.iloc[row[keep]].copy()
-    out["start_ns"], out["end_ns"] = start[keep], end[keep]
-    return out.reset_index(drop=True)
+    return row[keep], start[keep], end[keep]
 
 
 def wire_mask(comm: pd.DataFrame) -> np.ndarray:
@@ -167,39 +194,58 @@ def comm_rows(events: pd.DataFrame) -> pd.DataFrame:
     return _valid_intervals(rows)
 
 
+def _spans(f: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return tuple(f[c].to_numpy() for c in ("rank", "step", "start_ns", "end_ns"))
+
+
 def _groups(*frames: pd.DataFrame) -> tuple[pd.MultiIndex, list[np.ndarray], np.ndarray, int]:
     """Shared (rank, step) group codes for several frames, plus per-group time base and span."""
-    idx, codes = _group_codes(frames)
-    n = len(idx)
+    (ranks, steps), codes, base, span = group_spans(*(_spans(f) for f in frames))
+    return pd.MultiIndex.from_arrays([ranks, steps], names=["rank", "step"]), codes, base, span
+
+
+def group_spans(*parts: tuple) -> tuple[tuple[np.ndarray, np.ndarray], list[np.ndarray], np.ndarray, int]:
+    """_groups on arrays: ``parts`` are (rank, step, start, end) arrays; returns the sorted distinct
+    (rank, step) pairs (as two arrays), each part's row codes into them, per-group time base and span."""
+    keys, codes = group_keys([p[0] for p in parts], [p[1] for p in parts])
+    n = len(keys[0])
     base = np.full(n, np.iinfo(np.int64).max)
     top = np.full(n, np.iinfo(np.int64).min)
-    for f, c in zip(frames, codes):
-        if len(f):
-            np.minimum.at(base, c, f["start_ns"].to_numpy())
-            np.maximum.at(top, c, f["end_ns"].to_numpy())
+    for p, c in zip(parts, codes):
+        if len(c):
+            np.minimum.at(base, c, p[2])
+            np.maximum.at(top, c, p[3])
     base = np.where(base == np.iinfo(np.int64).max, 0, base)
     span = int(max(1, (top - base).max() + 2)) if n else 1
     if n * span >= 2 ** 62:
         raise OverflowError("run too long for vectorized interval analysis")
-    return idx, codes, base, span
+    return keys, codes, base, span
 
 
 def _group_codes(frames) -> tuple[pd.MultiIndex, list[np.ndarray]]:
-    """The sorted distinct (rank, step) pairs of all frames and each frame's row codes into them.
-    Integer keys in numpy (a dense table where the key range is small): the pandas MultiIndex
-    version (unique, sort, get_indexer) took ~10 ms of the 128-rank sample's Perfetto export per call."""
-    ranks = [f["rank"].to_numpy() for f in frames]
-    steps = [f["step"].to_numpy() for f in frames]
+    (ranks, steps), codes = group_keys([f["rank"].to_numpy() for f in frames], [f["step"].to_numpy() for f in frames])
+    return pd.MultiIndex.from_arrays([ranks, steps], names=["rank", "step"]), codes
+
+
+def group_keys(ranks: list[np.ndarray], steps: list[np.ndarray]) -> tuple[tuple[np.ndarray, np.ndarray], list[np.ndarray]]:
+    """The sorted distinct (rank, step) pairs of several parts' rows (two arrays) and each part's row
+    codes into them. Integer keys in numpy (a dense table where the key range is small): the pandas
+    MultiIndex version (unique, sort, get_indexer) took ~10 ms of the 128-rank sample's Perfetto export per call."""
     r, s = np.concatenate(ranks).astype(np.int64), np.concatenate(steps).astype(np.int64)
     lens = np.cumsum([0] + [len(x) for x in ranks])
+    dtypes = [np.result_type(*[x.dtype for x in ranks]), np.result_type(*[x.dtype for x in steps])]
     if len(r):
         r0, s0 = int(r.min()), int(s.min())
         width, height = int(s.max()) - s0 + 1, int(r.max()) - r0 + 1
-    if not len(r) or width * height >= 2 ** 62:      # nothing, or keys that do not fit: pandas
-        allkeys = pd.concat([f[["rank", "step"]] for f in frames], ignore_index=True)
-        idx = pd.MultiIndex.from_frame(allkeys).unique().sort_values()
-        return idx, [idx.get_indexer(pd.MultiIndex.from_frame(f[["rank", "step"]])) if len(f) else
-                     np.zeros(0, dtype=np.int64) for f in frames]
+    if not len(r) or width * height >= 2 ** 62:      # nothing, or keys that do not fit: sort both columns
+        order = np.lexsort((s, r))
+        new = np.r_[True, (r[order][1:] != r[order][:-1]) | (s[order][1:] != s[order][:-1])] if len(r) else \
+            np.zeros(0, dtype=bool)
+        inv = np.empty(len(r), dtype=np.int64)
+        inv[order] = np.cumsum(new) - 1
+        first = order[new]
+        keys = (r[first].astype(dtypes[0]), s[first].astype(dtypes[1]))
+        return keys, [inv[lens[i]:lens[i + 1]] for i in range(len(ranks))]
     key = (r - r0) * width + (s - s0)
     if width * height <= 4 * len(key) + (1 << 20):
         present = np.zeros(width * height, dtype=bool)
@@ -209,8 +255,6 @@ def _group_codes(frames) -> tuple[pd.MultiIndex, list[np.ndarray]]:
         inv = code_of[key]
     else:
         uniq, inv = np.unique(key, return_inverse=True)
-    dtypes = [np.result_type(*[x.dtype for x in ranks]), np.result_type(*[x.dtype for x in steps])]
-    idx = pd.MultiIndex.from_arrays([(uniq // width + r0).astype(dtypes[0]), (uniq % width + s0).astype(dtypes[1])],
-                                    names=["rank", "step"])
+    keys = ((uniq // width + r0).astype(dtypes[0]), (uniq % width + s0).astype(dtypes[1]))
     inv = inv.astype(np.int64)
-    return idx, [inv[lens[i]:lens[i + 1]] for i in range(len(frames))]
+    return keys, [inv[lens[i]:lens[i + 1]] for i in range(len(ranks))]

@@ -119,3 +119,53 @@ def lookup(table: pd.Series, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     pos = pd.Index(ta.astype(np.int64) * width + (tb - lo)).get_indexer(a.astype(np.int64) * width + (b - lo))
     vals = np.r_[table.to_numpy(dtype=float), np.nan]
     return vals[pos]
+
+
+def dense_codes(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes 0..k-1 in the order of ``codes``' values, and k: a dense table where the value range
+    is small, else one stable sort (pd.factorize hashes: 36 ms against 7 ms for 500,000 nearly
+    sorted int64 keys here)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    n = len(codes)
+    if not n:
+        return codes.copy(), 0
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo < 4 * n + (1 << 20):
+        present = np.zeros(hi - lo + 1, dtype=bool)
+        present[codes - lo] = True
+        code_of = np.cumsum(present) - 1
+        return code_of[codes - lo], int(code_of[-1]) + 1
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    new = np.r_[True, sc[1:] != sc[:-1]]
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.cumsum(new) - 1
+    return out, int(new.sum())
+
+
+def max_by_key(src: list, values: np.ndarray, dst: list) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``dst`` (key columns): the max of ``values`` over the rows of ``src`` (key
+    columns, same order) with the same key, and whether there is any (a groupby-max joined back)."""
+    n = len(values)
+    codes, k = dense_codes(group_codes(*[np.r_[np.asarray(a), np.asarray(b)] for a, b in zip(src, dst)]))
+    top = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, codes[:n], np.asarray(values, dtype=np.int64))
+    seen = np.zeros(k, dtype=bool)
+    seen[codes[:n]] = True
+    d = codes[n:]
+    return top[d], seen[d]
+
+
+def ordered_codes(*cols) -> tuple[np.ndarray, int]:
+    """Dense codes 0..k-1 of integer key columns, in the lexicographic order of their values (a
+    sorted groupby's group numbers), and k."""
+    n = len(cols[0])
+    code, card = np.zeros(n, dtype=np.int64), 1
+    for col in cols:
+        v = np.asarray(col).astype(np.int64)
+        lo = int(v.min()) if n else 0
+        k = (int(v.max()) - lo + 1) if n else 1
+        if card * k >= 1 << 62:
+            code, card = dense_codes(code)
+        code, card = code * k + (v - lo), card * k
+    return dense_codes(code)

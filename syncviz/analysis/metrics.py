@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 
 # Interval arithmetic lives in intervals.py (the package re-exports it with these metrics).
-from syncviz.analysis.intervals import (Coverage, _groups, _valid_intervals, comm_rows,  # noqa: F401
-                                        compute_intervals, merge_intervals, subtract_intervals, wire_mask)
+from syncviz.analysis.intervals import (Coverage, _groups, _spans, _valid_intervals, comm_rows,  # noqa: F401
+                                        compute_intervals, group_spans, merge_intervals, subtract_intervals,
+                                        wire_mask)
 from syncviz.analysis import queueing as Q
 from syncviz.trace import Run
 from syncviz.trace import schema as S
@@ -61,13 +62,20 @@ def busbw_factor(op: str, n: int) -> float:
 
 def _busbw_factors(ops: pd.Series, n: pd.Series) -> np.ndarray:
     ops = as_str(ops)   # compared in Arrow: an object array per row cost 0.24 s at 1M rows
-    n = n.to_numpy().astype(float)
-    nn = np.maximum(n, 1.0)
-    f = np.ones(len(ops))
-    ar = (ops == "all_reduce").to_numpy(dtype=bool, na_value=False)
-    rs = ops.isin(("reduce_scatter", "all_gather", "all_to_all")).to_numpy(dtype=bool, na_value=False)
-    f[ar] = 2.0 * (nn[ar] - 1) / nn[ar]
-    f[rs] = (nn[rs] - 1) / nn[rs]
+    return busbw_factors((ops == "all_reduce").to_numpy(dtype=bool, na_value=False),
+                         ops.isin(_SCATTER_OPS).to_numpy(dtype=bool, na_value=False), n.to_numpy())
+
+
+_SCATTER_OPS = ("reduce_scatter", "all_gather", "all_to_all")
+
+
+def busbw_factors(all_reduce: np.ndarray, scatter: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """busbw_factor per row: ``all_reduce`` and ``scatter`` (reduce_scatter, all_gather, all_to_all)
+    mark the rows of those ops, ``n`` is the group size."""
+    nn = np.maximum(np.asarray(n).astype(float), 1.0)
+    f = np.ones(len(nn))
+    f[all_reduce] = 2.0 * (nn[all_reduce] - 1) / nn[all_reduce]
+    f[scatter] = (nn[scatter] - 1) / nn[scatter]
     return f
 
 
@@ -80,29 +88,36 @@ def step_metrics(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
     comp = compute_intervals(ev)
     comm = comm_rows(ev)
     steps = _valid_intervals(ev[ev["kind"] == S.STEP])
-    if not len(comp) and not len(comm) and not len(steps):
+    kind = comp["kind"]
+    return step_metric_rows(_spans(comp), {k: (kind == k).to_numpy() for k in _PHASE_KINDS}, _spans(comm),
+                            wire_mask(comm), comm["bytes"].to_numpy(), _spans(steps))
+
+
+_PHASE_KINDS = (S.FORWARD, S.BACKWARD, S.OPTIMIZER, S.EVAL_FORWARD)
+
+
+def step_metric_rows(comp: tuple, kinds: dict, comm: tuple, wire: np.ndarray, nbytes: np.ndarray,
+                     steps: tuple) -> pd.DataFrame:
+    """step_metrics on arrays: ``comp``, ``comm`` and ``steps`` are (rank, step, start, end) of the
+    compute intervals, the comm intervals ([launch, done]) and the valid step rows; ``kinds``: for each
+    of forward, backward, optimizer and eval forward, which compute intervals are of it; ``wire``:
+    which comm rows put bytes on the wire once (wire_mask), ``nbytes`` their bytes."""
+    if not len(comp[0]) and not len(comm[0]) and not len(steps[0]):
         return pd.DataFrame(columns=STEP_COLUMNS)
-    idx, (cc, mc, sc), base, span = _groups(comp, comm, steps)
-    n = len(idx)
-    gc = lambda f, c: (c, f["start_ns"].to_numpy(), f["end_ns"].to_numpy())  # noqa: E731
-    comp_cov = Coverage(*gc(comp, cc), n, base, span)
-    comm_cov = Coverage(*gc(comm, mc), n, base, span)
+    (ranks, step_ids), (cc, mc, sc), base, span = group_spans(comp, comm, steps)
+    n = len(ranks)
+    comp_cov = Coverage(cc, comp[2], comp[3], n, base, span)
+    comm_cov = Coverage(mc, comm[2], comm[3], n, base, span)
     # overlapped = |∪comm ∩ ∪compute| = Σ over merged comm intervals of compute coverage inside them
     ov = comp_cov.overlap(comm_cov.mg, comm_cov.ms, comm_cov.me)
     overlapped = np.bincount(comm_cov.mg, weights=ov, minlength=n)
     comm_busy = comm_cov.total
-    out = pd.DataFrame({"rank": idx.get_level_values(0).astype(int),
-                        "step": idx.get_level_values(1).astype(int)})
-
-    def per_kind(kind):
-        f = comp[comp["kind"] == kind]
-        return np.bincount(cc[(comp["kind"] == kind).to_numpy()],
-                           weights=(f["end_ns"] - f["start_ns"]).to_numpy(), minlength=n)
-
-    out["forward_ns"] = per_kind(S.FORWARD)
-    out["backward_ns"] = per_kind(S.BACKWARD)
-    out["optimizer_ns"] = per_kind(S.OPTIMIZER)
-    out["eval_ns"] = per_kind(S.EVAL_FORWARD)
+    out = pd.DataFrame({"rank": ranks.astype(int), "step": step_ids.astype(int)})
+    length = comp[3] - comp[2]
+    for col, kind in (("forward_ns", S.FORWARD), ("backward_ns", S.BACKWARD), ("optimizer_ns", S.OPTIMIZER),
+                      ("eval_ns", S.EVAL_FORWARD)):
+        m = kinds[kind]
+        out[col] = np.bincount(cc[m], weights=length[m], minlength=n)
     out["compute_ns"] = comp_cov.total
     out["comm_busy_ns"] = comm_busy
     out["overlapped_ns"] = overlapped
@@ -111,12 +126,11 @@ def step_metrics(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:
         out["overlap_pct"] = np.where(comm_busy > 0, 100.0 * overlapped / comm_busy, np.nan)
         phases = out["forward_ns"] + out["backward_ns"] + out["optimizer_ns"]
         out["compute_comm_ratio"] = np.where(comm_busy > 0, phases / comm_busy, np.inf)
-    out["step_ns"] = np.bincount(sc, weights=(steps["end_ns"] - steps["start_ns"]).to_numpy(), minlength=n)
+    out["step_ns"] = np.bincount(sc, weights=steps[3] - steps[2], minlength=n)
     # Bytes on the wire: every bucket, plus collectives not issued from inside a bucket's hook
     # (those are already counted by their bucket).
-    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
-    wire_codes = mc[((comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)).to_numpy()]
-    out["bytes"] = np.bincount(wire_codes, weights=wire["bytes"].to_numpy(), minlength=n).astype(np.int64)
+    wire_codes = mc[wire]
+    out["bytes"] = np.bincount(wire_codes, weights=nbytes[wire], minlength=n).astype(np.int64)
     out["n_comm"] = np.bincount(wire_codes, minlength=n)
     for c in ("forward_ns", "backward_ns", "optimizer_ns", "eval_ns", "compute_ns", "comm_busy_ns",
               "overlapped_ns", "exposed_ns", "step_ns"):

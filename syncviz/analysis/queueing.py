@@ -31,19 +31,32 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis import keys as K
-from syncviz.analysis.intervals import Coverage, _groups, wire_mask
+from syncviz.analysis.intervals import Coverage, _spans, group_spans, wire_mask
 from syncviz.analysis.columns import as_str
 
 TIME_COLUMNS = ["joined_ns", "service_start_ns", "queue_ns", "queued_ns", "wait_peers_ns", "service_ns"]
 
 
-def _prev_done(rank: np.ndarray, stream: np.ndarray, launch: np.ndarray, end: np.ndarray):
-    """For rows of one frame: the latest done among the rows launched earlier on the same (rank,
-    stream), in launch order (NaN for the first). Rows launched at the same instant keep their
-    order in the frame (the order the rank issued them). Returns (order, prev_done_in_order)."""
-    order = np.lexsort((np.arange(len(rank)), launch, stream, rank))
-    g = rank[order].astype(np.int64) * 2 + stream[order].astype(np.int64)
-    return order, K.prev_cummax(g, end[order])
+def stream_prev_done(rank: np.ndarray, not_wire: np.ndarray, launch: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each row: the latest done among the rows launched earlier on the same (rank, stream)
+    (NaN for the first); rows launched at the same instant keep their order in the arrays (the
+    order the rank issued them)."""
+    order = np.lexsort((np.arange(len(rank)), launch, not_wire, rank))
+    g = rank[order].astype(np.int64) * 2 + not_wire[order].astype(np.int64)
+    prev = np.empty(len(rank))
+    prev[order] = K.prev_cummax(g, end[order])
+    return prev
+
+
+def service_times(launch: np.ndarray, end: np.ndarray, prev: np.ndarray, joined: np.ndarray) -> dict:
+    """TIME_COLUMNS (floats) of rows with their launch, done, previous done on their stream
+    (stream_prev_done) and their collective's last launch over all ranks (``joined``)."""
+    start = np.fmax(joined, prev)
+    queue = start - launch
+    queued = np.clip(np.nan_to_num(prev - launch, nan=0.0), 0.0, queue)
+    service = end - start
+    return {"joined_ns": joined, "service_start_ns": start, "queue_ns": queue, "queued_ns": queued,
+            "wait_peers_ns": queue - queued, "service_ns": np.where(service >= 0, service, np.nan)}
 
 
 # A collective is matched across ranks by these columns: the n-th call of one identity on a rank
@@ -76,18 +89,9 @@ def collective_times(comm: pd.DataFrame, joined: pd.Series | None = None) -> pd.
         joined = K.group_max(K.group_codes(*(c[k] for k in EVENT_KEY)), c["launch"].to_numpy())
     else:
         joined = joined.reindex(pd.MultiIndex.from_frame(c[EVENT_KEY])).to_numpy(dtype=float)
-    stream = (~wire_mask(c)).astype(np.int64)
     launch, end = c["launch"].to_numpy(), c["end_ns"].to_numpy(dtype=float)
-    order, prev_sorted = _prev_done(c["rank"].to_numpy(), stream, launch, end)
-    prev = np.empty(len(c))
-    prev[order] = prev_sorted
-    start = np.fmax(joined, prev)
-    queue = start - launch
-    queued = np.clip(np.nan_to_num(prev - launch, nan=0.0), 0.0, queue)
-    service = end - start
-    out = pd.DataFrame({"joined_ns": joined, "service_start_ns": start, "queue_ns": queue,
-                        "queued_ns": queued, "wait_peers_ns": queue - queued,
-                        "service_ns": np.where(service >= 0, service, np.nan)}, index=c.index)
+    prev = stream_prev_done(c["rank"].to_numpy(), (~wire_mask(c)).astype(np.int64), launch, end)
+    out = pd.DataFrame(service_times(launch, end, prev, joined), index=c.index)
     return out.reindex(comm.index)
 
 
@@ -96,12 +100,15 @@ def owned_intervals(comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     of one (rank, step) tile ∪ comm without overlap. end <= start where a row owns nothing."""
     if not len(comm):
         return np.zeros(0), np.zeros(0)
-    g = K.group_codes(comm["rank"], comm["step"])
-    launch, end = comm["start_ns"].to_numpy(dtype=float), comm["end_ns"].to_numpy(dtype=float)
-    not_wire = (~wire_mask(comm)).astype(np.int64)
+    return owned_arrays(K.group_codes(comm["rank"], comm["step"]), comm["start_ns"].to_numpy(dtype=float),
+                        comm["end_ns"].to_numpy(dtype=float), (~wire_mask(comm)).astype(np.int64))
+
+
+def owned_arrays(g: np.ndarray, launch: np.ndarray, end: np.ndarray, not_wire: np.ndarray):
+    """owned_intervals on arrays: ``g`` a (rank, step) code per row, launch and done as floats."""
     order = np.lexsort((-end, not_wire, launch, g))
     prev = K.prev_cummax(g[order], end[order])
-    s = np.empty(len(comm))
+    s = np.empty(len(g))
     s[order] = np.fmax(launch[order], prev)
     return s, end
 
@@ -110,25 +117,29 @@ def attributed_exposed(comm: pd.DataFrame, compute: pd.DataFrame, backward_end=N
     """Per comm row (rows of comm_rows: start_ns = launch): ``exposed_ns``, its share of the
     rank-step's exposed time, and ``after_backward_ns``, the part of it after the rank's backward
     compute ended (``backward_end``: Series indexed by (rank, step))."""
-    out = pd.DataFrame({"exposed_ns": np.zeros(len(comm)), "after_backward_ns": np.zeros(len(comm))},
-                       index=comm.index)
     if not len(comm):
-        return out
-    s, e = owned_intervals(comm)
+        return pd.DataFrame({"exposed_ns": np.zeros(0), "after_backward_ns": np.zeros(0)}, index=comm.index)
+    rank, step = comm["rank"].to_numpy(), comm["step"].to_numpy()
+    be = K.lookup(backward_end, rank, step) if backward_end is not None and len(backward_end) else None
+    exposed, after = attributed_arrays(rank, step, *owned_intervals(comm), _spans(compute), be)
+    return pd.DataFrame({"exposed_ns": exposed, "after_backward_ns": after}, index=comm.index)
+
+
+def attributed_arrays(rank, step, s, e, compute: tuple, backward_end: np.ndarray | None):
+    """attributed_exposed on arrays: rows' owned intervals (s, e), compute intervals (rank, step,
+    start, end) and each row's backward end (NaN: none; None: no backward anywhere)."""
     e = np.maximum(e, s)
-    probe = pd.DataFrame({"rank": comm["rank"].to_numpy(), "step": comm["step"].to_numpy(),
-                          "start_ns": np.round(s).astype(np.int64), "end_ns": np.round(e).astype(np.int64)})
-    idx, (cc, pc), base, span = _groups(compute, probe)
-    cov = Coverage(cc, compute["start_ns"].to_numpy(), compute["end_ns"].to_numpy(), len(idx), base, span)
-    ps, pe = probe["start_ns"].to_numpy(), probe["end_ns"].to_numpy()
-    out["exposed_ns"] = (pe - ps) - cov.overlap(pc, ps, pe)
-    if backward_end is not None and len(backward_end):
-        be = K.lookup(backward_end, probe["rank"].to_numpy(), probe["step"].to_numpy())
-        has = ~np.isnan(be)
-        bs = np.clip(np.where(has, np.nan_to_num(be), pe), ps, pe).astype(np.int64)
-        after = (pe - bs) - cov.overlap(pc, bs, pe)
-        out["after_backward_ns"] = np.where(has, after, 0.0)
-    return out
+    ps, pe = np.round(s).astype(np.int64), np.round(e).astype(np.int64)
+    (_, (cc, pc), base, span) = group_spans(compute, (rank, step, ps, pe))
+    cov = Coverage(cc, compute[2], compute[3], len(base), base, span)
+    at_end = cov.at(pc, pe)            # Coverage.overlap(pc, x, pe), its end looked up once
+    exposed = (pe - ps) - (at_end - cov.at(pc, ps))
+    after = np.zeros(len(rank))
+    if backward_end is not None:
+        has = ~np.isnan(backward_end)
+        bs = np.clip(np.where(has, np.nan_to_num(backward_end), pe), ps, pe).astype(np.int64)
+        after = np.where(has, (pe - bs) - (at_end - cov.at(pc, bs)), 0.0)
+    return exposed, after
 
 
 # ------------------------------------------------------------------------------- stragglers

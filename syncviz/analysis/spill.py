@@ -35,8 +35,16 @@ def write_piece(directory: str | Path, tag: str, frame: pd.DataFrame, keys: list
     else:
         codes = np.zeros(len(frame), dtype=np.int64)
         groups = [()]
+    return write_groups(directory, tag, groups, codes, [frame[c].to_numpy(dtype=float) for c in cols])
+
+
+def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarray, columns: list) -> Piece | None:
+    """write_piece on arrays: ``groups`` (key tuples, sorted), each row's group number in them, and
+    the columns' values."""
+    if not len(codes):
+        return None
     order = np.argsort(codes, kind="stable")
-    values = np.vstack([frame[c].to_numpy(dtype=float)[order] for c in cols])
+    values = np.vstack([np.asarray(c, dtype=float)[order] for c in columns])
     path = str(Path(directory) / f"{tag}.npy")
     np.save(path, values)
     return Piece(groups, np.bincount(codes, minlength=len(groups)), path)

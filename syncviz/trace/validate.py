@@ -186,25 +186,12 @@ def invalid_rows(table: pa.Table, bad: dict[str, np.ndarray]) -> tuple[np.ndarra
     """Rows the analysis cannot use and why (a row counts once, under its first reason)."""
     n = table.num_rows
     col = {c: table.column(c).to_numpy() for c in ("step", "start_ns", "end_ns", "ready_ns", "launch_ns",
-                                                    "bytes", "logical_bytes")}
+                                                    "bytes", "logical_bytes", "bucket")}
     kind = table.column("kind")
-    reasons = [
-        ("null or non-numeric required value", np.logical_or.reduce(
-            [bad[c] for c in REQUIRED_COLUMNS if c in bad] or [np.zeros(n, bool)])),
-        ("unknown kind", ~_kind_in(kind, S.KINDS)),
-        ("bucket row without a bucket index", _kind_in(kind, (S.BUCKET,)) & (table.column("bucket").to_numpy() < 0)),
-        ("negative or huge step", (col["step"] < 0) | (col["step"] > MAX_STEP)),
-        ("no start time", col["start_ns"] < 0),
-        ("time out of range", (col["start_ns"] > MAX_TIME_NS) | (col["end_ns"] > MAX_TIME_NS)
-         | (col["ready_ns"] > MAX_TIME_NS) | (col["launch_ns"] > MAX_TIME_NS)
-         | (col["ready_ns"] < -1) | (col["launch_ns"] < -1)),
-        ("end before start", col["end_ns"] < col["start_ns"]),
-        ("bytes out of range", (col["bytes"] < 0) | (col["bytes"] > MAX_BYTES)
-         | (col["logical_bytes"] < 0) | (col["logical_bytes"] > MAX_BYTES)),
-    ]
+    required_bad = np.logical_or.reduce([bad[c] for c in REQUIRED_COLUMNS if c in bad] or [np.zeros(n, bool)])
     drop = np.zeros(n, bool)
     why: Counter = Counter()
-    for reason, mask in reasons:
+    for reason, mask in invalid_reasons(col, _kind_in(kind, S.KINDS), _kind_in(kind, (S.BUCKET,)), required_bad):
         new = mask & ~drop
         if new.any():
             why[reason] += int(new.sum())
@@ -216,6 +203,28 @@ def invalid_rows(table: pa.Table, bad: dict[str, np.ndarray]) -> tuple[np.ndarra
     if missing:
         why[f"optional values missing (no column {', '.join(missing)}; defaults used)"] += n
     return drop, why
+
+
+def invalid_reasons(col: dict[str, np.ndarray], known_kind: np.ndarray, bucket_kind: np.ndarray,
+                    required_bad: np.ndarray | None = None) -> list[tuple[str, np.ndarray]]:
+    """(reason, rows) for each reason a row is unusable, in the order invalid_rows counts them:
+    ``col`` holds step, start_ns, end_ns, ready_ns, launch_ns, bytes, logical_bytes and bucket;
+    ``known_kind`` / ``bucket_kind``: rows whose kind is one of schema.KINDS / is "bucket";
+    ``required_bad``: rows with a null or non-numeric required value."""
+    n = len(col["step"])
+    return [
+        ("null or non-numeric required value", required_bad if required_bad is not None else np.zeros(n, bool)),
+        ("unknown kind", ~known_kind),
+        ("bucket row without a bucket index", bucket_kind & (col["bucket"] < 0)),
+        ("negative or huge step", (col["step"] < 0) | (col["step"] > MAX_STEP)),
+        ("no start time", col["start_ns"] < 0),
+        ("time out of range", (col["start_ns"] > MAX_TIME_NS) | (col["end_ns"] > MAX_TIME_NS)
+         | (col["ready_ns"] > MAX_TIME_NS) | (col["launch_ns"] > MAX_TIME_NS)
+         | (col["ready_ns"] < -1) | (col["launch_ns"] < -1)),
+        ("end before start", col["end_ns"] < col["start_ns"]),
+        ("bytes out of range", (col["bytes"] < 0) | (col["bytes"] > MAX_BYTES)
+         | (col["logical_bytes"] < 0) | (col["logical_bytes"] > MAX_BYTES)),
+    ]
 
 
 def duplicate_steps(table: pa.Table) -> tuple[np.ndarray, list[int]]:

@@ -1,0 +1,240 @@
+"""The summary's second pass on one partition's comm rows (partition_local's, kept between the passes),
+once every collective's first and last launch over all ranks is known: queue, service and bandwidth
+(queueing.service_times, metrics.busbw_factors), and what the summary aggregates of them — spilled
+medians, the straggler counts, launch skew, exposed time by collective, the lateness rows. Every
+table returned is the one partials.pass2 returned from pandas frames (tests/test_partitioned.py
+compares the whole summary with the whole-run functions')."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from syncviz.analysis import eventarrays as E
+from syncviz.analysis import keys as K
+from syncviz.analysis import queueing as Q
+from syncviz.analysis import spill
+from syncviz.analysis.metrics import busbw_factors
+from syncviz.analysis.partition_local import ident_index, is_wire
+from syncviz.analysis.tables import BUCKET_MEDIANS
+
+SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
+
+
+def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
+    """comm_metrics' per-row numbers of the kept rows, with ``gid``: each row's collective in ``events``
+    (partials.combine_events' table, sorted by queueing.EVENT_KEY)."""
+    gid = events.index.get_indexer(ident_index(c, idents))[c["ident"]] if len(c["ident"]) else c["ident"]
+    launch, end = c["launch"].astype(float), c["end"].astype(float)
+    t = Q.service_times(launch, end, c["prev"], events["last"].to_numpy(dtype=float)[gid])
+    svc = t["service_ns"]
+    ops = c["ops"]
+    ar = np.array([o == "all_reduce" for o in ops], dtype=bool)
+    sc = np.array([o in ("reduce_scatter", "all_gather", "all_to_all") for o in ops], dtype=bool)
+    op = c["op"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(svc > 0, c["bytes"] / svc, np.nan)   # bytes/ns == GB/s
+    factor = busbw_factors(ar[op] if len(ops) else np.zeros(len(op), bool), sc[op] if len(ops) else np.zeros(len(op), bool),
+                           c["group_size"])
+    t.update(gid=gid, algbw_gbps=algbw, busbw_gbps=algbw * factor, duration_ns=svc,
+             hook_to_launch_ns=(c["launch"] - c["hook"]).astype(np.int64), span_ns=(c["end"] - c["launch"]).astype(np.int64),
+             launch_delay_ns=np.where(c["ready"] >= 0, c["launch"] - c["ready"], np.nan))
+    return t
+
+
+def int_sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums per group (a float bincount loses integers above 2^53)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, codes, values)
+    return out
+
+
+def group_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
+    """A sorted groupby of integer (or code) columns: each group's first row, each row's group."""
+    codes, n = K.ordered_codes(*cols)
+    first = np.full(n, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return first, codes
+
+
+def min_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Minimum of ``values`` per group."""
+    out = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(out, codes, values)
+    return out.astype(values.dtype)
+
+
+def distinct_pairs(a: np.ndarray, b: np.ndarray) -> int:
+    """How many distinct (a, b) pairs there are."""
+    return K.dense_codes(K.group_codes(a, b))[1] if len(a) else 0
+
+
+def spill_by(scratch, tag, keys: list, values: list):
+    """spill.write_piece of rows grouped by ``keys`` ((column, strings or None) pairs, sorted by value)."""
+    if not len(values[0]):
+        return None
+    if not keys:
+        return spill.write_groups(scratch, tag, [()], np.zeros(len(values[0]), dtype=np.int64), values)
+    first, codes = group_rows(*(k for k, _ in keys))
+    cols = [(names[k[first]] if names is not None else k[first]).tolist() for k, names in keys]
+    return spill.write_groups(scratch, tag, list(zip(*cols)), codes, values)
+
+
+def skew_table(c: dict, rows: np.ndarray) -> pd.DataFrame:
+    """Earliest and latest launch of each (step, micro, kind, bucket, name) among the rows."""
+    first, codes = group_rows(*(c[k][rows] for k in ("step", "micro", "kind", "bucket", "name")))
+    n = len(first)
+    lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    launch = c["launch"][rows]
+    np.minimum.at(lo, codes, launch)
+    np.maximum.at(hi, codes, launch)
+    at = rows[first]
+    idx = pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], E.KIND_NAMES[c["kind"][at]], c["bucket"][at],
+                                     c["names"][c["name"][at]]], names=SKEW_KEY)
+    return pd.DataFrame({"lo": lo, "hi": hi}, index=idx)
+
+
+def exposed_by_identity(c: dict, rows: np.ndarray) -> pd.DataFrame:
+    """headline.exposed_by_identity of the rows: sums per (bucket, name, kind), in order of first appearance."""
+    kind, bucket = c["kind"][rows], c["bucket"][rows]
+    b = np.where(kind == E.BUCKET, bucket, -1)
+    codes, n = K.dense_codes(K.group_codes(b, c["name"][rows], kind))
+    first = np.full(n, len(rows), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(rows)))
+    order = np.argsort(first, kind="stable")          # groups in order of first appearance
+    place = np.empty(n, dtype=np.int64)
+    place[order] = np.arange(n)
+    g, at = place[codes], rows[first[order]]
+    nbytes = np.full(n, np.iinfo(np.int64).min)
+    np.maximum.at(nbytes, g, c["bytes"][rows])
+    names = c["names"][c["name"][at]]
+    kinds = E.KIND_NAMES[c["kind"][at]]
+    key = [f"{x}|{y}|{z}" for x, y, z in zip(b[first[order]].tolist(), names.tolist(), kinds.tolist())]
+    return pd.DataFrame({"kind": kinds, "bucket": c["bucket"][at], "name": names, "op": c["ops"][c["op"][at]],
+                         "bytes": nbytes,
+                         "exposed_ns": int_sums(g, c["exposed"][rows], n),
+                         "after_backward_ns": int_sums(g, c["after_backward"][rows], n),
+                         "count": np.bincount(g, minlength=n).astype(np.int64)}, index=pd.Index(key, name="_k"))
+
+
+def stragglers(out: dict, c: dict, t: dict, rows: np.ndarray, events: pd.DataFrame, scratch: str, tag: str) -> None:
+    """partials._stragglers on arrays: ``rows`` are the headline wire rows in launch order, rank by rank."""
+    ev_id = t["gid"][rows]
+    first, last, nranks = (events[k].to_numpy() for k in ("first", "last", "ranks"))
+    launch = c["launch"][rows]
+    at_max = launch == last[ev_id]
+    n_ev = len(events)
+    out["n_at_max"] = np.bincount(ev_id, weights=at_max, minlength=n_ev)
+    out["wait"] = np.bincount(ev_id, weights=np.nan_to_num(t["wait_peers_ns"][rows], nan=0.0), minlength=n_ev)
+    keep = nranks[ev_id] >= 2
+    if not keep.any():
+        return
+    rank = c["rank"][rows][keep]
+    late = (launch - first[ev_id])[keep]
+    ranks, inv = np.unique(rank, return_inverse=True)
+    out["late"] = pd.Series(int_sums(inv, late, len(ranks)) / np.bincount(inv), index=pd.Index(ranks, name="rank"),
+                            name="mean_late_ns")
+    out["strag_steps"] = set(np.unique(c["step"][rows][keep]).tolist())
+    path = str(Path(scratch) / f"st-{tag}.npz")
+    np.savez(path, rank=rank, ev=ev_id[keep], at_max=at_max[keep])
+    out["strag"] = path
+
+
+def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, order: np.ndarray) -> pd.DataFrame | None:
+    """partial_views.lateness_rows on arrays (``order``: the comm rows in launch order, rank by rank)."""
+    parts = []
+    if first is not None:
+        b = np.flatnonzero(c["kind"] == E.BUCKET)
+        key, n = K.dense_codes(K.group_codes(c["step"][b], c["micro"][b], c["bucket"][b]))
+        at = np.full(n, 0, dtype=np.int64)
+        at[key] = b
+        idx = first.index.get_indexer(pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], c["bucket"][at]]))[key]
+        parts.append((b, c["bucket"][b].astype(np.int64), c["launch"][b] - first.to_numpy()[idx], None))
+    w = order[is_wire(c["kind"][order], c["bucket"][order]) & (c["kind"][order] != E.BUCKET)]
+    if first is not None and len(w):
+        w = w[~np.isin(c["step"][w], first.index.get_level_values("step").unique().to_numpy())]
+    if len(w):
+        ev_id = t["gid"][w]
+        parts.append((w, events["order"].to_numpy()[ev_id], c["launch"][w] - events["first"].to_numpy()[ev_id],
+                      events["label"].to_numpy()[ev_id]))
+    if not parts:
+        return None
+    rows = np.concatenate([p[0] for p in parts])
+    labels = np.concatenate([p[3] if p[3] is not None else np.full(len(p[0]), "", dtype=object) for p in parts])
+    late = pd.DataFrame({"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows],
+                         "bucket": np.concatenate([p[1] for p in parts]), "late_ns": np.concatenate([p[2] for p in parts]),
+                         "label": labels, "buckets": np.concatenate([np.full(len(p[0]), p[3] is None) for p in parts])})
+    if late["buckets"].all():
+        return late
+    keep = np.lexsort((late["rank"].to_numpy(), late["step"].to_numpy()))     # as sync_lateness: by (step, rank)
+    return late.iloc[keep].reset_index(drop=True)
+
+
+def comm_frame(c: dict, t: dict, rows: np.ndarray) -> pd.DataFrame:
+    """comm_metrics' rows (every column, in its order) of the kept rows ``rows``: what ``summary
+    --json`` and the TensorBoard export take."""
+    d = lambda col, names: names[c[col][rows]] if len(names) else np.full(len(rows), "", dtype=object)  # noqa: E731
+    f = {"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows], "kind": E.KIND_NAMES[c["kind"][rows]],
+         "bucket": c["bucket"][rows], "name": d("name", c["names"]), "op": d("op", c["ops"]), "bytes": c["bytes"][rows],
+         "logical_bytes": c["logical_bytes"][rows], "dtype": d("dtype", c["dtypes"]), "group_size": c["group_size"][rows],
+         "layout": c["layout"][rows], "phase": d("phase", c["phases"]), "ready_ns": c["ready"][rows],
+         "hook_ns": c["hook"][rows], "launch_ns": c["launch"][rows], "start_ns": c["launch"][rows], "end_ns": c["end"][rows]}
+    f.update({k: t[k][rows] for k in Q.TIME_COLUMNS})
+    f.update(exposed_ns=c["exposed"][rows], after_backward_ns=c["after_backward"][rows])
+    f.update({k: t[k][rows] for k in ("hook_to_launch_ns", "span_ns", "duration_ns", "launch_delay_ns", "algbw_gbps",
+                                      "busbw_gbps")})
+    return pd.DataFrame(f)
+
+
+def bucket_sums(c: dict, rows: np.ndarray) -> pd.DataFrame:
+    """Per (layout, bucket) of the rows: largest bytes and the first row's dtype."""
+    first, codes = group_rows(c["layout"][rows], c["bucket"][rows])
+    at = rows[first]
+    nbytes = np.full(len(first), np.iinfo(np.int64).min)
+    np.maximum.at(nbytes, codes, c["bytes"][rows])
+    idx = pd.MultiIndex.from_arrays([c["layout"][at], c["bucket"][at]], names=["layout", "bucket"])
+    return pd.DataFrame({"bytes": nbytes, "dtype": c["dtypes"][c["dtype"][at]]}, index=idx)
+
+
+def collective_sums(c: dict, t: dict, rows: np.ndarray) -> pd.DataFrame:
+    """Per (phase, op) of the rows: calls, bytes, service and exposed time (sums)."""
+    first, codes = group_rows(c["phase"][rows], c["op"][rows])
+    n, at = len(first), rows[first]
+    idx = pd.MultiIndex.from_arrays([c["phases"][c["phase"][at]], c["ops"][c["op"][at]]], names=["phase", "op"])
+    return pd.DataFrame({"calls": np.bincount(codes, minlength=n).astype(np.int64),
+                         "bytes": int_sums(codes, c["bytes"][rows], n),
+                         "duration_ns": np.bincount(codes, weights=np.nan_to_num(t["duration_ns"][rows], nan=0.0), minlength=n),
+                         "exposed_ns": int_sums(codes, c["exposed"][rows], n)},
+                        index=idx)
+
+
+def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarray, events: pd.DataFrame,
+              scratch: str, tag: str) -> None:
+    """What the summary aggregates of the partition's comm rows (``headline``: rows of headline steps;
+    ``order``: the rows in launch order, rank by rank), into pass 2's dict ``out``."""
+    kind = c["kind"]
+    wire = is_wire(kind, c["bucket"])
+    hw = np.flatnonzero(wire & headline)
+    out["n_hw"] = len(hw)
+    out["hw"] = spill_by(scratch, f"hw-{tag}", [], [t[k][hw] for k in ("busbw_gbps", "service_ns", "queue_ns")])
+    w = np.flatnonzero(wire)
+    out["step_busbw"] = spill_by(scratch, f"sb-{tag}", [(c["step"][w], None)], [t["busbw_gbps"][w]])
+    if len(hw):
+        out["skew"] = skew_table(c, hw)
+        out["exposed"] = exposed_by_identity(c, hw)
+        out["exposed_total"] = int(c["exposed"][hw].sum())
+        out["rank_steps"] = distinct_pairs(c["rank"][hw], c["step"][hw])
+        hw_in_order = order[(wire & headline)[order]]
+        stragglers(out, c, t, hw_in_order, events, scratch, tag)
+    b = np.flatnonzero((kind == E.BUCKET) & headline)
+    if len(b):
+        cols = [(c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
+        out["buckets"] = spill_by(scratch, f"b-{tag}", [(c["layout"][b], None), (c["bucket"][b], None)], cols)
+        out["bucket_first"] = bucket_sums(c, b)
+    m = np.flatnonzero((kind == E.COLLECTIVE) & headline)
+    if len(m):
+        out["coll"] = spill_by(scratch, f"c-{tag}", [(c["phase"][m], c["phases"]), (c["op"][m], c["ops"])],
+                               [t["queue_ns"][m], t["busbw_gbps"][m]])
+        out["coll_sums"] = collective_sums(c, t, m)
+        out["coll_steps"] = distinct_pairs(c["rank"][m], c["step"][m])
