@@ -79,13 +79,15 @@ _NUMBERS = {"step": "step", "micro": "micro", "start_ns": "start", "end_ns": "en
             "layout": "layout", "logical_bytes": "logical_bytes", "rank": "rank"}
 
 
-def from_tables(tables: list[pa.Table]) -> EventArrays:
+def from_tables(tables: list[pa.Table], decoded: dict | None = None) -> EventArrays:
     """The rows of validated rank tables (trace.read.read_ranks' tables or partition_read's one table,
-    rank column appended), in order. Every kind is one of schema.KINDS there (validation drops the rest)."""
+    rank column appended), in order. Every kind is one of schema.KINDS there (validation drops the
+    rest). ``decoded``: columns the reader has as numpy already (partition_read's)."""
     table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+    decoded = decoded or {}
     cols = {}
     for col, attr in _NUMBERS.items():
-        cols[attr] = _numbers(table.column(col))
+        cols[attr] = decoded[col] if col in decoded else _numbers(table.column(col))
     kind_codes, kind_dict = _codes(table.column("kind"))
     lut = np.array([KIND_CODE.get(k, -1) for k in kind_dict], dtype=np.int8)
     cols["kind"] = lut[kind_codes] if len(lut) else np.zeros(0, dtype=np.int8)

@@ -231,7 +231,7 @@ def group_keys(ranks: list[np.ndarray], steps: list[np.ndarray]) -> tuple[tuple[
     """The sorted distinct (rank, step) pairs of several parts' rows (two arrays) and each part's row
     codes into them. Integer keys in numpy (a dense table where the key range is small): the pandas
     MultiIndex version (unique, sort, get_indexer) took ~10 ms of the 128-rank sample's Perfetto export per call."""
-    r, s = np.concatenate(ranks).astype(np.int64), np.concatenate(steps).astype(np.int64)
+    r, s = np.concatenate(ranks, dtype=np.int64), np.concatenate(steps, dtype=np.int64)
     lens = np.cumsum([0] + [len(x) for x in ranks])
     dtypes = [np.result_type(*[x.dtype for x in ranks]), np.result_type(*[x.dtype for x in steps])]
     if len(r):
@@ -256,5 +256,5 @@ def group_keys(ranks: list[np.ndarray], steps: list[np.ndarray]) -> tuple[tuple[
     else:
         uniq, inv = np.unique(key, return_inverse=True)
     keys = ((uniq // width + r0).astype(dtypes[0]), (uniq % width + s0).astype(dtypes[1]))
-    inv = inv.astype(np.int64)
+    inv = inv.astype(np.int64, copy=False)
     return keys, [inv[lens[i]:lens[i + 1]] for i in range(len(ranks))]

@@ -97,16 +97,21 @@ _PHASE_KINDS = (S.FORWARD, S.BACKWARD, S.OPTIMIZER, S.EVAL_FORWARD)
 
 
 def step_metric_rows(comp: tuple, kinds: dict, comm: tuple, wire: np.ndarray, nbytes: np.ndarray,
-                     steps: tuple) -> pd.DataFrame:
+                     steps: tuple, keep: dict | None = None) -> pd.DataFrame:
     """step_metrics on arrays: ``comp``, ``comm`` and ``steps`` are (rank, step, start, end) of the
     compute intervals, the comm intervals ([launch, done]) and the valid step rows; ``kinds``: for each
     of forward, backward, optimizer and eval forward, which compute intervals are of it; ``wire``:
-    which comm rows put bytes on the wire once (wire_mask), ``nbytes`` their bytes."""
+    which comm rows put bytes on the wire once (wire_mask), ``nbytes`` their bytes. ``keep``: a dict
+    that gets the compute intervals' Coverage (``compute``) and the comm rows' group codes into it
+    (``comm_groups``), which queueing.attributed_arrays can take instead of building its own (its
+    queries all lie inside the comm intervals of their group, which these groups cover)."""
     if not len(comp[0]) and not len(comm[0]) and not len(steps[0]):
         return pd.DataFrame(columns=STEP_COLUMNS)
     (ranks, step_ids), (cc, mc, sc), base, span = group_spans(comp, comm, steps)
     n = len(ranks)
     comp_cov = Coverage(cc, comp[2], comp[3], n, base, span)
+    if keep is not None:
+        keep.update(compute=comp_cov, comm_groups=mc)
     comm_cov = Coverage(mc, comm[2], comm[3], n, base, span)
     # overlapped = |∪comm ∩ ∪compute| = Σ over merged comm intervals of compute coverage inside them
     ov = comp_cov.overlap(comm_cov.mg, comm_cov.ms, comm_cov.me)

@@ -38,9 +38,15 @@ def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
     factor = busbw_factors(ar[op] if len(ops) else np.zeros(len(op), bool), sc[op] if len(ops) else np.zeros(len(op), bool),
                            c["group_size"])
     t.update(gid=gid, algbw_gbps=algbw, busbw_gbps=algbw * factor, duration_ns=svc,
-             hook_to_launch_ns=(c["launch"] - c["hook"]).astype(np.int64), span_ns=(c["end"] - c["launch"]).astype(np.int64),
-             launch_delay_ns=np.where(c["ready"] >= 0, c["launch"] - c["ready"], np.nan))
+             span_ns=(c["end"] - c["launch"]).astype(np.int64))
     return t
+
+
+def bucket_times(c: dict) -> dict:
+    """comm_metrics' hook_to_launch_ns and launch_delay_ns of the bucket rows (in ``bucket_rows`` order)."""
+    launch = c["launch"][c["bucket_rows"]]
+    return {"hook_to_launch_ns": (launch - c["hook"]).astype(np.int64),
+            "launch_delay_ns": np.where(c["ready"] >= 0, launch - c["ready"], np.nan)}
 
 
 def int_sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -132,69 +138,80 @@ def stragglers(out: dict, c: dict, t: dict, rows: np.ndarray, events: pd.DataFra
         return
     rank = c["rank"][rows][keep]
     late = (launch - first[ev_id])[keep]
-    ranks, inv = np.unique(rank, return_inverse=True)
-    out["late"] = pd.Series(int_sums(inv, late, len(ranks)) / np.bincount(inv), index=pd.Index(ranks, name="rank"),
+    inv, n_ranks = K.dense_codes(rank)
+    ranks = K.unique_ints(rank)
+    out["late"] = pd.Series(int_sums(inv, late, n_ranks) / np.bincount(inv), index=pd.Index(ranks, name="rank"),
                             name="mean_late_ns")
-    out["strag_steps"] = set(np.unique(c["step"][rows][keep]).tolist())
+    out["strag_steps"] = set(K.unique_ints(c["step"][rows][keep]).tolist())
     path = str(Path(scratch) / f"st-{tag}.npz")
     np.savez(path, rank=rank, ev=ev_id[keep], at_max=at_max[keep])
     out["strag"] = path
 
 
 def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, order: np.ndarray) -> pd.DataFrame | None:
-    """partial_views.lateness_rows on arrays (``order``: the comm rows in launch order, rank by rank)."""
-    parts = []
+    """partial_views.lateness_rows on arrays (``order``: the comm rows in launch order, rank by rank);
+    ``label`` as a categorical (a Python string per row cost ~40 ms a partition)."""
+    labels, label_of = np.unique(events["label"].to_numpy(dtype=object).astype(str), return_inverse=True) if len(events) \
+        else (np.array([""]), np.zeros(0, dtype=np.int64))
+    empty = int(np.searchsorted(labels, ""))
+    if empty == len(labels) or labels[empty] != "":
+        labels, label_of, empty = np.insert(labels, empty, ""), np.where(label_of >= empty, label_of + 1, label_of), empty
+    rows, bucket, late, code = [], [], [], []
     if first is not None:
         b = np.flatnonzero(c["kind"] == E.BUCKET)
         key, n = K.dense_codes(K.group_codes(c["step"][b], c["micro"][b], c["bucket"][b]))
         at = np.full(n, 0, dtype=np.int64)
         at[key] = b
         idx = first.index.get_indexer(pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], c["bucket"][at]]))[key]
-        parts.append((b, c["bucket"][b].astype(np.int64), c["launch"][b] - first.to_numpy()[idx], None))
+        rows.append(b), bucket.append(c["bucket"][b].astype(np.int64)), late.append(c["launch"][b] - first.to_numpy()[idx])
+        code.append(np.full(len(b), empty))
+    n_buckets = sum(len(r) for r in rows)
     w = order[is_wire(c["kind"][order], c["bucket"][order]) & (c["kind"][order] != E.BUCKET)]
     if first is not None and len(w):
         w = w[~np.isin(c["step"][w], first.index.get_level_values("step").unique().to_numpy())]
     if len(w):
         ev_id = t["gid"][w]
-        parts.append((w, events["order"].to_numpy()[ev_id], c["launch"][w] - events["first"].to_numpy()[ev_id],
-                      events["label"].to_numpy()[ev_id]))
-    if not parts:
+        rows.append(w), bucket.append(events["order"].to_numpy()[ev_id])
+        late.append(c["launch"][w] - events["first"].to_numpy()[ev_id]), code.append(label_of[ev_id])
+    if not rows:
         return None
-    rows = np.concatenate([p[0] for p in parts])
-    labels = np.concatenate([p[3] if p[3] is not None else np.full(len(p[0]), "", dtype=object) for p in parts])
-    late = pd.DataFrame({"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows],
-                         "bucket": np.concatenate([p[1] for p in parts]), "late_ns": np.concatenate([p[2] for p in parts]),
-                         "label": labels, "buckets": np.concatenate([np.full(len(p[0]), p[3] is None) for p in parts])})
-    if late["buckets"].all():
-        return late
-    keep = np.lexsort((late["rank"].to_numpy(), late["step"].to_numpy()))     # as sync_lateness: by (step, rank)
-    return late.iloc[keep].reset_index(drop=True)
+    rows, bucket, late, code = (np.concatenate(x) for x in (rows, bucket, late, code))
+    buckets = np.arange(len(rows)) < n_buckets
+    if not buckets.all():            # as sync_lateness: by (step, rank)
+        keep = np.lexsort((c["rank"][rows], c["step"][rows]))
+        rows, bucket, late, code, buckets = rows[keep], bucket[keep], late[keep], code[keep], buckets[keep]
+    return pd.DataFrame({"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows], "bucket": bucket,
+                         "late_ns": late, "label": pd.Categorical.from_codes(code, labels.astype(object)),
+                         "buckets": buckets})
 
 
-def comm_frame(c: dict, t: dict, rows: np.ndarray) -> pd.DataFrame:
-    """comm_metrics' rows (every column, in its order) of the kept rows ``rows``: what ``summary
-    --json`` and the TensorBoard export take."""
-    d = lambda col, names: names[c[col][rows]] if len(names) else np.full(len(rows), "", dtype=object)  # noqa: E731
+def bucket_frame(c: dict, t: dict) -> pd.DataFrame:
+    """comm_metrics' bucket rows (every column, in its order): what ``summary --json`` and the
+    TensorBoard export take."""
+    rows = c["bucket_rows"]
+    bt = bucket_times(c)
+    d = lambda v, names: names[v] if len(names) else np.full(len(v), "", dtype=object)  # noqa: E731
     f = {"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows], "kind": E.KIND_NAMES[c["kind"][rows]],
-         "bucket": c["bucket"][rows], "name": d("name", c["names"]), "op": d("op", c["ops"]), "bytes": c["bytes"][rows],
-         "logical_bytes": c["logical_bytes"][rows], "dtype": d("dtype", c["dtypes"]), "group_size": c["group_size"][rows],
-         "layout": c["layout"][rows], "phase": d("phase", c["phases"]), "ready_ns": c["ready"][rows],
-         "hook_ns": c["hook"][rows], "launch_ns": c["launch"][rows], "start_ns": c["launch"][rows], "end_ns": c["end"][rows]}
+         "bucket": c["bucket"][rows], "name": d(c["name"][rows], c["names"]), "op": d(c["op"][rows], c["ops"]),
+         "bytes": c["bytes"][rows], "logical_bytes": c["logical_bytes"], "dtype": d(c["dtype"], c["dtypes"]),
+         "group_size": c["group_size"][rows], "layout": c["layout"], "phase": d(c["phase"][rows], c["phases"]),
+         "ready_ns": c["ready"], "hook_ns": c["hook"], "launch_ns": c["launch"][rows], "start_ns": c["launch"][rows],
+         "end_ns": c["end"][rows]}
     f.update({k: t[k][rows] for k in Q.TIME_COLUMNS})
-    f.update(exposed_ns=c["exposed"][rows], after_backward_ns=c["after_backward"][rows])
-    f.update({k: t[k][rows] for k in ("hook_to_launch_ns", "span_ns", "duration_ns", "launch_delay_ns", "algbw_gbps",
-                                      "busbw_gbps")})
+    f.update(exposed_ns=c["exposed"][rows], after_backward_ns=c["after_backward"][rows],
+             hook_to_launch_ns=bt["hook_to_launch_ns"], span_ns=t["span_ns"][rows], duration_ns=t["duration_ns"][rows],
+             launch_delay_ns=bt["launch_delay_ns"], algbw_gbps=t["algbw_gbps"][rows], busbw_gbps=t["busbw_gbps"][rows])
     return pd.DataFrame(f)
 
 
-def bucket_sums(c: dict, rows: np.ndarray) -> pd.DataFrame:
-    """Per (layout, bucket) of the rows: largest bytes and the first row's dtype."""
-    first, codes = group_rows(c["layout"][rows], c["bucket"][rows])
-    at = rows[first]
+def bucket_sums(c: dict, rows: np.ndarray, at: np.ndarray) -> pd.DataFrame:
+    """Per (layout, bucket) of the bucket rows ``rows`` (``at``: their places in ``bucket_rows``):
+    largest bytes and the first row's dtype."""
+    first, codes = group_rows(c["layout"][at], c["bucket"][rows])
     nbytes = np.full(len(first), np.iinfo(np.int64).min)
     np.maximum.at(nbytes, codes, c["bytes"][rows])
-    idx = pd.MultiIndex.from_arrays([c["layout"][at], c["bucket"][at]], names=["layout", "bucket"])
-    return pd.DataFrame({"bytes": nbytes, "dtype": c["dtypes"][c["dtype"][at]]}, index=idx)
+    idx = pd.MultiIndex.from_arrays([c["layout"][at[first]], c["bucket"][rows[first]]], names=["layout", "bucket"])
+    return pd.DataFrame({"bytes": nbytes, "dtype": c["dtypes"][c["dtype"][at[first]]]}, index=idx)
 
 
 def collective_sums(c: dict, t: dict, rows: np.ndarray) -> pd.DataFrame:
@@ -227,11 +244,13 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
         out["rank_steps"] = distinct_pairs(c["rank"][hw], c["step"][hw])
         hw_in_order = order[(wire & headline)[order]]
         stragglers(out, c, t, hw_in_order, events, scratch, tag)
-    b = np.flatnonzero((kind == E.BUCKET) & headline)
-    if len(b):
-        cols = [(c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
-        out["buckets"] = spill_by(scratch, f"b-{tag}", [(c["layout"][b], None), (c["bucket"][b], None)], cols)
-        out["bucket_first"] = bucket_sums(c, b)
+    at = np.flatnonzero(headline[c["bucket_rows"]])       # headline bucket rows, as places in bucket_rows
+    if len(at):
+        b = c["bucket_rows"][at]
+        bt = bucket_times(c)
+        cols = [bt[k][at] if k in bt else (c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
+        out["buckets"] = spill_by(scratch, f"b-{tag}", [(c["layout"][at], None), (c["bucket"][b], None)], cols)
+        out["bucket_first"] = bucket_sums(c, b, at)
     m = np.flatnonzero((kind == E.COLLECTIVE) & headline)
     if len(m):
         out["coll"] = spill_by(scratch, f"c-{tag}", [(c["phase"][m], c["phases"]), (c["op"][m], c["ops"])],

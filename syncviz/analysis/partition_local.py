@@ -5,7 +5,7 @@ of exposed time. The definitions are the reference functions' own array cores (i
 metrics.step_metric_rows, queueing.stream_prev_done / owned_arrays / attributed_arrays); this module
 only feeds them. partition_joined.py finishes each comm row once every rank's launches are known.
 
-``Local.comm`` is kept between the passes as one .npz of plain arrays (no pickle): about 120 bytes
+``Local.comm`` is kept between the passes as one file of plain arrays (no pickle): about 120 bytes
 a comm row, against a pickled pandas frame of every event before.
 """
 from __future__ import annotations
@@ -22,10 +22,13 @@ from syncviz.analysis.intervals import compute_rows
 from syncviz.analysis.metrics import step_metric_rows
 from syncviz.trace import schema as S
 
-# per comm row: kept between the passes (the string columns as codes into the partition's dictionaries)
-COMM_COLUMNS = ("rank", "step", "micro", "kind", "bucket", "name", "op", "phase", "layout", "dtype", "bytes",
-                "logical_bytes", "group_size", "ready", "hook", "launch", "end", "occurrence", "ident", "prev",
-                "exposed", "after_backward")
+# per comm row (the string columns as codes into the partition's dictionaries); the identity's own
+# columns are not kept between the passes (they are the identity's: ``idents``)
+COMM_COLUMNS = ("rank", "step", "micro", "kind", "bucket", "name", "occurrence", "op", "phase", "bytes", "group_size",
+                "launch", "end", "ident", "prev", "exposed", "after_backward")
+IDENTITY = ("step", "micro", "kind", "bucket", "name", "occurrence")
+# of the bucket rows only (``bucket_rows``: their places among the comm rows), the only rows that use them
+BUCKET_COLUMNS = ("layout", "dtype", "ready", "hook", "logical_bytes")
 DICTIONARIES = ("names", "ops", "dtypes", "phases")
 
 
@@ -36,6 +39,7 @@ class Local:
     comm: dict                       # COMM_COLUMNS (rows of comm_rows, in row order) and DICTIONARIES
     idents: dict                     # per identity (queueing.EVENT_KEY): step, micro, kind, bucket, name, occurrence, first row
     comp: tuple                      # compute intervals (rank, step, start, end)
+    order: np.ndarray                # the comm rows in launch order, rank by rank (ties in row order)
 
 
 def compute_of(ev: E.EventArrays) -> tuple[tuple, np.ndarray]:
@@ -74,8 +78,9 @@ def is_wire(kind: np.ndarray, bucket: np.ndarray) -> np.ndarray:
     return (kind == E.BUCKET) | (bucket < 0)
 
 
-def step_metrics_of(ev: E.EventArrays, comp=None, comm=None) -> pd.DataFrame:
-    """metrics.step_metrics of the partition (``comp``, ``comm``: compute_of and comm_of when known)."""
+def step_metrics_of(ev: E.EventArrays, comp=None, comm=None, keep: dict | None = None) -> pd.DataFrame:
+    """metrics.step_metrics of the partition (``comp``, ``comm``: compute_of and comm_of when known;
+    ``keep``: see metrics.step_metric_rows)."""
     (cspans, ckind) = comp if comp is not None else compute_of(ev)
     rows, launch = comm if comm is not None else comm_of(ev)
     st = np.flatnonzero((ev.kind == E.STEP) & (ev.start >= 0) & (ev.end >= ev.start))
@@ -83,7 +88,7 @@ def step_metrics_of(ev: E.EventArrays, comp=None, comm=None) -> pd.DataFrame:
              S.EVAL_FORWARD: ckind == E.EVAL_FORWARD}
     return step_metric_rows(cspans, kinds, (ev.rank[rows], ev.step[rows], launch, ev.end[rows]),
                             is_wire(ev.kind[rows], ev.bucket[rows]), ev.bytes[rows],
-                            (ev.rank[st], ev.step[st], ev.start[st], ev.end[st]))
+                            (ev.rank[st], ev.step[st], ev.start[st], ev.end[st]), keep)
 
 
 def local_pass(ev: E.EventArrays) -> Local:
@@ -91,10 +96,14 @@ def local_pass(ev: E.EventArrays) -> Local:
     done on their stream and attributed exposed time."""
     comp = compute_of(ev)
     rows, launch = comm_of(ev)
-    steps = step_metrics_of(ev, comp, (rows, launch))
+    shared: dict = {}
+    steps = step_metrics_of(ev, comp, (rows, launch), shared)
     c = {col: getattr(ev, col)[rows] for col in ("rank", "step", "micro", "kind", "bucket", "name", "op", "phase",
-                                                  "layout", "dtype", "bytes", "logical_bytes", "group_size", "ready")}
-    c["hook"], c["launch"], c["end"] = ev.start[rows], launch, ev.end[rows]
+                                                  "bytes", "group_size")}
+    c["launch"], c["end"] = launch, ev.end[rows]
+    b = np.flatnonzero(c["kind"] == E.BUCKET)
+    c["bucket_rows"] = b
+    c.update({col: getattr(ev, col)[rows[b]] for col in ("layout", "dtype", "ready", "logical_bytes")}, hook=ev.start[rows[b]])
     wire = is_wire(c["kind"], c["bucket"])
     not_wire = (~wire).astype(np.int64)
     # queueing.occurrences: the n-th call of one identity on a rank, in launch order (ties: row order)
@@ -117,7 +126,7 @@ def local_pass(ev: E.EventArrays) -> Local:
         bend = None
     if len(rows):
         s, e = Q.owned_arrays(K.group_codes(c["rank"], c["step"]), lf, ef, not_wire)
-        exposed, after = Q.attributed_arrays(c["rank"], c["step"], s, e, cspans, bend)
+        exposed, after = Q.attributed_arrays(c["rank"], c["step"], s, e, cspans, bend, shared or None)
     else:
         exposed = after = np.zeros(0)
     c["exposed"] = np.round(exposed).astype(np.int64)
@@ -131,7 +140,7 @@ def local_pass(ev: E.EventArrays) -> Local:
     first = order[first] if len(rows) else first
     idents = {k: c[k][first] for k in ("step", "micro", "kind", "bucket", "name", "occurrence")}
     idents["row"] = first
-    return Local(steps=steps, comm=c, idents=idents, comp=cspans)
+    return Local(steps=steps, comm=c, idents=idents, comp=cspans, order=order)
 
 
 def ident_index(c: dict, idents: dict) -> pd.MultiIndex:
@@ -159,21 +168,48 @@ def collective_table(c: dict, idents: dict) -> pd.DataFrame | None:
 
 
 def save(path: str, local: Local, extra: dict) -> None:
-    """Local.comm and .idents, and ``extra`` (plain arrays), as one .npz (strings as unicode arrays:
-    it loads without pickle)."""
-    arrays = {f"c_{k}": v for k, v in local.comm.items() if k not in DICTIONARIES}
-    arrays.update({f"d_{k}": np.asarray(local.comm[k].tolist(), dtype=str) for k in DICTIONARIES})
+    """Local.comm and .idents, and ``extra`` (plain arrays), to one file: the arrays' names, then each
+    array in .npy format (strings as unicode arrays: it loads without pickle). Not .npz: zip's CRC
+    over ~80 MB a partition cost ~50 ms of the write (measured). The identity's columns are left out
+    and codes kept in the smallest integer type that holds them: at 10^8 events these files are
+    ~6 GB of scratch written while the rank files are read, ~65 bytes a comm row."""
+    c = local.comm
+    arrays = {f"c_{k}": _small(v) if k in _WIDE else v for k, v in c.items() if k not in DICTIONARIES and k not in IDENTITY}
+    arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in DICTIONARIES})
     arrays.update({f"i_{k}": v for k, v in local.idents.items()})
-    arrays.update({f"x_{k}": v for k, v in extra.items()})
-    with open(path, "wb") as f:        # a file object: np.savez would append ".npz" to a name without it
-        np.savez(f, **arrays)
+    arrays.update({f"x_{k}": _small(v) if k == "order" else v for k, v in extra.items()})
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, np.asarray(list(arrays), dtype=str), allow_pickle=False)
+        for v in arrays.values():
+            np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
+
+
+_WIDE = {"ident": np.int64, "order": np.int64, "op": np.int32, "phase": np.int32, "dtype": np.int32}
+
+
+def _small(v: np.ndarray) -> np.ndarray:
+    """Codes and positions in the smallest integer type that holds them (load widens them back)."""
+    if v.dtype.kind != "i" or v.dtype.itemsize <= 1 or not len(v):
+        return v
+    for t in (np.int8, np.int16, np.int32):
+        if v.min() >= np.iinfo(t).min and v.max() <= np.iinfo(t).max:
+            return v.astype(t) if np.dtype(t).itemsize < v.dtype.itemsize else v
+    return v
 
 
 def load(path: str) -> tuple[dict, dict, dict]:
-    """(comm, idents, extra) as save wrote them."""
-    with np.load(path, allow_pickle=False) as z:
-        comm = {k[2:]: z[k] for k in z.files if k.startswith("c_")}
-        comm.update({k[2:]: z[k].astype(object) for k in z.files if k.startswith("d_")})
-        idents = {k[2:]: z[k] for k in z.files if k.startswith("i_")}
-        extra = {k[2:]: z[k] for k in z.files if k.startswith("x_")}
+    """(comm, idents, extra) as save wrote them, as local_pass gave them."""
+    with open(path, "rb") as f:
+        names = np.lib.format.read_array(f, allow_pickle=False).tolist()
+        z = {k: np.lib.format.read_array(f, allow_pickle=False) for k in names}
+    comm = {k[2:]: v for k, v in z.items() if k.startswith("c_")}
+    comm.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_")})
+    idents = {k[2:]: v for k, v in z.items() if k.startswith("i_")}
+    extra = {k[2:]: v for k, v in z.items() if k.startswith("x_")}
+    for d in (comm, extra):
+        for k, t in _WIDE.items():
+            if k in d and d[k].dtype != t:
+                d[k] = d[k].astype(t)
+    for k in IDENTITY:
+        comm[k] = idents[k][comm["ident"]]
     return comm, idents, extra

@@ -36,14 +36,13 @@ def _read(files: dict[int, Path], index: dict | None = None):
     incomplete ranks and errors: read as one table when no file needs validation's repairs."""
     found: dict | None = {} if index is not None else None
     fast = read_partition(files, found)
-    if fast is not None:
-        table, problems, incomplete, errors = fast
-        tables = [table] if table is not None else []
-        if index is not None:
-            index.update(found)
-    else:
+    if fast is None:
         tables, problems, incomplete, errors = R.read_ranks(files, index=index)
-    return (E.from_tables(tables) if tables else None), problems, incomplete, errors
+        return (E.from_tables(tables) if tables else None), problems, incomplete, errors
+    table, decoded, problems, incomplete, errors = fast
+    if index is not None:
+        index.update(found)
+    return (E.from_tables([table], decoded) if table is not None else None), problems, incomplete, errors
 
 
 def span_table(index: dict) -> pd.DataFrame:
@@ -91,7 +90,7 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     # for the TensorBoard export: each step's first start (its wall time) and the steps with buckets
     st = np.flatnonzero(ev.kind == E.STEP)
     out["step_first"] = _min_by_step(ev.step[st], ev.start[st], "start_ns")
-    out["bucket_steps"] = np.unique(c["step"][b])
+    out["bucket_steps"] = K.unique_ints(c["step"][b])
     out["events"] = PL.collective_table(c, local.idents)
     if keep is not None:
         PL.save(keep, local, _extras(ev, local))
@@ -100,11 +99,22 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
 
 def _min_by_step(step: np.ndarray, values: np.ndarray, name: str) -> pd.Series:
     """``values`` grouped by step, minimum (a Series indexed by step, as groupby("step").min() gives)."""
+    return _by_step(step, [values], [name], [np.minimum])[0]
+
+
+def _by_step(step: np.ndarray, values: list, names: list, reduce: list) -> list[pd.Series]:
+    """Each of ``values`` grouped by step and reduced by its ufunc (np.minimum or np.maximum)."""
     if not len(step):
-        return pd.Series(np.zeros(0, dtype=values.dtype), index=pd.Index(np.zeros(0, dtype=step.dtype), name="step"),
-                         name=name)
+        empty = pd.Index(np.zeros(0, dtype=step.dtype), name="step")
+        return [pd.Series(np.zeros(0, dtype=v.dtype), index=empty, name=n) for v, n in zip(values, names)]
     first, codes = PJ.group_rows(step)
-    return pd.Series(PJ.min_by(codes, values, len(first)), index=pd.Index(step[first], name="step"), name=name)
+    index = pd.Index(step[first], name="step")
+    out = []
+    for v, n, f in zip(values, names, reduce):
+        r = np.full(len(first), np.iinfo(np.int64).max if f is np.minimum else np.iinfo(np.int64).min, dtype=np.int64)
+        f.at(r, codes, v)
+        out.append(pd.Series(r.astype(v.dtype), index=index, name=n))
+    return out
 
 
 def step_facts(ev: E.EventArrays) -> dict:
@@ -113,10 +123,9 @@ def step_facts(ev: E.EventArrays) -> dict:
     start and last end (ns). partials.combine_facts turns several partitions' into the run's."""
     steps, start, end = ev.step, ev.start, ev.end
     valid = (start >= 0) & (end >= start) & (steps >= 0)
-    first = _min_by_step(steps[valid], start[valid], "start")
-    last = -_min_by_step(steps[valid], -end[valid], "end")
-    return {"ranks": np.unique(ev.rank), "top_bucket": int(ev.bucket.max()) if len(ev) else -1,
-            "steps": np.unique(steps[steps >= 0]), "first": first, "last": last}
+    first, last = _by_step(steps[valid], [start[valid], end[valid]], ["start", "end"], [np.minimum, np.maximum])
+    return {"ranks": K.unique_ints(ev.rank), "top_bucket": int(ev.bucket.max()) if len(ev) else -1,
+            "steps": K.unique_ints(steps[steps >= 0]), "first": first, "last": last}
 
 
 def compare_partial(ev: E.EventArrays, c: dict) -> dict:
@@ -155,7 +164,7 @@ def _extras(ev: E.EventArrays, local: PL.Local) -> dict:
     origin = _min_by_step(steps, np.r_[comp[2], local.comm["launch"]], "start_ns")
     off = np.flatnonzero((ev.kind == E.OFFLOAD) & (ev.end >= ev.start) & (ev.start >= 0))
     st = np.flatnonzero(ev.kind == E.STEP)
-    return {"rows": np.array([len(ev)]), "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy(),
+    return {"rows": np.array([len(ev)]), "order": local.order, "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy(),
             "off_step": ev.step[off], "off_name": np.asarray(ev.names[ev.name[off]].tolist(), dtype=str),
             "off_ns": ev.end[off] - ev.start[off], "step_rank": ev.rank[st], "step_step": ev.step[st]}
 
@@ -201,7 +210,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     t = PJ.comm_times(c, idents, events)
     tag = f"{part}"
     first = pd.read_pickle(first_path) if first_path is not None else None
-    order = np.lexsort((c["launch"], c["rank"]))          # launch order, rank by rank (queueing.occurrences)
+    order = extra["order"]          # launch order, rank by rank (queueing.occurrences)
     late = PJ.lateness(c, t, events, first, order)
     out["lateness"] = PV.rank_step_lateness(late)
     if replay_dir is not None:
@@ -210,9 +219,8 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
         except steplateness.NotKept:      # the summary then keeps no Replay tables (never some ranks' only)
             out["replay"] = False
         out["origin"] = pd.Series(extra["origin"], index=pd.Index(extra["origin_step"], name="step"), name="start_ns")
-    is_bucket = c["kind"] == E.BUCKET
     if export is not None or json_dir is not None:
-        frame = PJ.comm_frame(c, t, np.flatnonzero(is_bucket))
+        frame = PJ.bucket_frame(c, t)
         if export is not None:
             PV.export_pieces(out, frame, export, tag)
         if json_dir is not None:

@@ -158,7 +158,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                compare=False, json_dir=None, export_dir=None, replay_dir=None) -> SummaryTables:
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
-        kept = [str(Path(scratch) / f"part-{i}.pkl") for i in range(len(parts))]
+        kept = [str(Path(scratch) / f"part-{i}.arrays") for i in range(len(parts))]
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
         steps_parts, facts, spans, events, rows = [], [], [], None, 0
         if compare == "only":

@@ -125,13 +125,17 @@ def attributed_exposed(comm: pd.DataFrame, compute: pd.DataFrame, backward_end=N
     return pd.DataFrame({"exposed_ns": exposed, "after_backward_ns": after}, index=comm.index)
 
 
-def attributed_arrays(rank, step, s, e, compute: tuple, backward_end: np.ndarray | None):
+def attributed_arrays(rank, step, s, e, compute: tuple, backward_end: np.ndarray | None, shared: dict | None = None):
     """attributed_exposed on arrays: rows' owned intervals (s, e), compute intervals (rank, step,
-    start, end) and each row's backward end (NaN: none; None: no backward anywhere)."""
+    start, end) and each row's backward end (NaN: none; None: no backward anywhere). ``shared``:
+    metrics.step_metric_rows' ``keep`` of the same compute intervals and these rows."""
     e = np.maximum(e, s)
     ps, pe = np.round(s).astype(np.int64), np.round(e).astype(np.int64)
-    (_, (cc, pc), base, span) = group_spans(compute, (rank, step, ps, pe))
-    cov = Coverage(cc, compute[2], compute[3], len(base), base, span)
+    if shared is not None:
+        cov, pc = shared["compute"], shared["comm_groups"]
+    else:
+        (_, (cc, pc), base, span) = group_spans(compute, (rank, step, ps, pe))
+        cov = Coverage(cc, compute[2], compute[3], len(base), base, span)
     at_end = cov.at(pc, pe)            # Coverage.overlap(pc, x, pe), its end looked up once
     exposed = (pe - ps) - (at_end - cov.at(pc, ps))
     after = np.zeros(len(rank))

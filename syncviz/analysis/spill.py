@@ -43,8 +43,11 @@ def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarra
     the columns' values."""
     if not len(codes):
         return None
-    order = np.argsort(codes, kind="stable")
-    values = np.vstack([np.asarray(c, dtype=float)[order] for c in columns])
+    if len(groups) == 1:          # one group: the rows as they are
+        values = np.vstack([np.asarray(c, dtype=float) for c in columns])
+    else:
+        order = np.argsort(codes, kind="stable")
+        values = np.vstack([np.asarray(c, dtype=float)[order] for c in columns])
     path = str(Path(directory) / f"{tag}.npy")
     np.save(path, values)
     return Piece(groups, np.bincount(codes, minlength=len(groups)), path)

@@ -28,9 +28,13 @@ _SCHEMA = pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("micro", pa.in
 
 
 def _table(late: pd.DataFrame) -> pa.Table:
-    return pa.Table.from_pydict({c: late[c].to_numpy() for c in LATENESS_COLUMNS[:-1]}
-                                | {"label": pa.array(late["label"].to_numpy(dtype=object), pa.string()).dictionary_encode()},
-                                schema=_SCHEMA)
+    label = late["label"]
+    if isinstance(label.dtype, pd.CategoricalDtype):      # the summary's rows: codes as they are
+        label = pa.DictionaryArray.from_arrays(pa.array(label.cat.codes.to_numpy().astype(np.int32)),
+                                               pa.array(label.cat.categories.to_numpy(dtype=object), pa.string()))
+    else:
+        label = pa.array(label.to_numpy(dtype=object), pa.string()).dictionary_encode()
+    return pa.Table.from_pydict({c: late[c].to_numpy() for c in LATENESS_COLUMNS[:-1]} | {"label": label}, schema=_SCHEMA)
 
 
 class NotKept(Exception):

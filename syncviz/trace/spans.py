@@ -26,10 +26,11 @@ import pyarrow.compute as pc
 COLUMNS = ["rank", "lo", "hi", "start", "end", "prefix"]   # the cached table: one row per batch
 
 
-def index(data: bytes, batches: list[pa.RecordBatch]) -> tuple[int, np.ndarray] | None:
+def index(data: bytes, batches: list[pa.RecordBatch], ranges: list | None = None) -> tuple[int, np.ndarray] | None:
     """(prefix length, int64 rows [lowest step, highest step, start, end]) of the complete
     ``batches`` the stream reader read from ``data``; None when the file cannot be indexed safely.
-    Batches without a step (all null) are left out: a step read keeps none of their rows."""
+    Batches without a step (all null) are left out: a step read keeps none of their rows.
+    ``ranges``: each batch's (lowest, highest) step when the caller has them (decoded already)."""
     if not batches:
         return None
     kinds, ends, n = [], [], 0
@@ -48,7 +49,7 @@ def index(data: bytes, batches: list[pa.RecordBatch]) -> tuple[int, np.ndarray] 
     prefix = int(ends[at[0] - 1]) if at[0] > 0 else 0
     starts = np.r_[prefix, ends[at[:-1]]]
     dicts = np.diff(np.r_[at[0], at]) - 1          # dictionary messages in each span after the first
-    steps = [_step_range(b) for b in batches]
+    steps = [_step_range(b) for b in batches] if ranges is None else ranges
     if any(s is False for s in steps):
         return None
     if len(batches) > 1 and dicts[1:].any():

@@ -32,11 +32,24 @@ def _read_stream(path: Path, expected: pa.Schema, steps: tuple[int, int] | None 
     reader (a second recording into the same directory) kills the process with SIGBUS."""
     if steps is not None:
         return _step_batches(path, steps, spans)
+    data = read_bytes(path)
+    batches, problem = stream_batches(path, data)
+    if index is not None and data:
+        index[path] = SP.index(data, batches)
+    return batches, problem
+
+
+def read_bytes(path: Path) -> bytes:
+    """A whole file (read, not memory-mapped: see _read_stream); TraceError when it cannot be read."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f.read()
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({_short(e)})") from None
+
+
+def stream_batches(path: Path, data: bytes) -> tuple[list[pa.RecordBatch], str | None]:
+    """_read_stream of a file's bytes: every complete batch and the problem (None when clean)."""
     if not data:
         return [], "empty file (the rank wrote nothing)"
     batches: list[pa.RecordBatch] = []
@@ -56,8 +69,6 @@ def _read_stream(path: Path, expected: pa.Schema, steps: tuple[int, int] | None 
             break
     if problem is None and data[-len(_EOS):] != _EOS:
         problem = f"not closed (rank stopped or still running) after {len(batches)} complete steps"
-    if index is not None:
-        index[path] = SP.index(data, batches)
     return batches, problem
 
 
