@@ -1,7 +1,7 @@
 """What ``syncviz compare`` measures in one run, from the whole run (``measure``) or from partitions of
-whole ranks (``partial`` in each, ``combine`` at the end; analysis.partitioned): the steady steps, their
-step_metrics rows, bytes per op, the buckets' logical/wire bytes, whether collectives blocked the host,
-and (for compression hooks) the collectives' own busy time.
+whole ranks (partition_passes.compare_partial in each, ``combine`` at the end; analysis.partitioned):
+the steady steps, their step_metrics rows, bytes per op, the buckets' logical/wire bytes, whether
+collectives blocked the host, and (for compression hooks) the collectives' own busy time.
 
 Why the partitioned numbers equal the whole-run ones: every input is per (rank, step) — step_metrics
 rows (concatenated in rank order, as the whole run's), per-(rank, step, op) call counts and byte sums
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from syncviz.analysis.columns import as_str
 from syncviz.analysis.headline import headline
 from syncviz.analysis.intervals import blocking_rows
 from syncviz.analysis.metrics import STEP_COLUMNS, step_metrics
@@ -76,25 +75,9 @@ def numbers(m: dict) -> dict:
 
 # ------------------------------------------------------------------------- by partitions of ranks
 
-def partial(events: pd.DataFrame, comm: pd.DataFrame) -> dict:
-    """measure's inputs for one partition of whole ranks, per step (the steady steps are known only
-    once every partition's steps are): ``comm`` is comm_rows(events). The collectives' own
-    step_metrics are always computed: whether the run's buckets were compressed is known only once
-    every partition's bytes are added up."""
-    wire = comm[(comm["kind"] == S.BUCKET) | (comm["bucket"] < 0)]
-    wire = wire.assign(op=as_str(wire["op"]))
-    g = wire.groupby(["rank", "step", "op"])
-    pairs = pd.DataFrame({"calls": g.size(), "bytes": g["bytes"].sum()}) if len(wire) else None
-    b = events[events["kind"] == S.BUCKET]
-    buckets = b.groupby("step").agg(n=("bytes", "size"), logical_bytes=("logical_bytes", "sum"), bytes=("bytes", "sum"))
-    blocking = blocking_rows(events)
-    return {"pairs": pairs, "buckets": buckets, "blocking": set(blocking["step"].unique().tolist()),
-            "coll_steps": _coll_steps(events)}
-
-
 def combine(parts: list[dict], steps: pd.DataFrame, steady: list[int]) -> dict:
-    """measure's dict from every partition's ``partial`` (in rank order) and the run's step_metrics
-    (``steps``: the partitions' concatenated, as the whole run's)."""
+    """measure's dict from every partition's inputs (partition_passes.compare_partial, in rank order)
+    and the run's step_metrics (``steps``: the partitions' concatenated, as the whole run's)."""
     keep = set(steady)
     colls = [p["coll_steps"] for p in parts if len(p["coll_steps"])]
     coll = pd.concat(colls, ignore_index=True) if colls else pd.DataFrame(columns=STEP_COLUMNS)
@@ -127,4 +110,4 @@ def _op_bytes(pairs: list, steady: list[int]) -> pd.DataFrame:
                          "count_max": per_pair.max().astype(int)}).rename_axis("op").reset_index()
 
 
-__all__ = ["steady_steps", "measure", "numbers", "partial", "combine", "compressed"]
+__all__ = ["steady_steps", "measure", "numbers", "combine", "compressed"]

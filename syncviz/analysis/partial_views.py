@@ -10,18 +10,10 @@ import pandas as pd
 
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
-from syncviz.analysis.intervals import wire_mask
 from syncviz.analysis.metrics import lateness_matrix
 from syncviz.trace import schema as S
 
 LATE_KEY = ["step", "micro", "bucket"]        # a gradient bucket matched across ranks (tables.launch_lateness)
-
-
-def bucket_first(comm: pd.DataFrame) -> pd.Series | None:
-    """Earliest launch of each gradient bucket (step, micro, bucket) among these ranks: the
-    reference tables.launch_lateness measures a bucket's lateness from."""
-    b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
-    return b.groupby(LATE_KEY, observed=True)["launch_ns"].min() if len(b) else None
 
 
 def reduce_bucket_first(parts: list) -> pd.Series | None:
@@ -29,46 +21,6 @@ def reduce_bucket_first(parts: list) -> pd.Series | None:
     if len(parts) <= 1:
         return parts[0] if parts else None
     return pd.concat(parts).groupby(level=list(range(len(LATE_KEY)))).min()
-
-
-def lateness_rows(comm: pd.DataFrame, events: pd.DataFrame, first: pd.Series | None,
-                  occ: pd.DataFrame | None = None) -> pd.DataFrame | None:
-    """tables.sync_lateness' rows of these ranks (rank, step, micro, bucket, late_ns, label; no
-    launch_ns), plus ``buckets``: whether the row is a bucket's. ``late_ns`` = launch − the earliest
-    launch of the same bucket, or of the same collective in a step without buckets, among all ranks
-    (``first``: pass 1's bucket_first; ``events``: combine_events with with_collective_order's
-    columns). A collective's ``bucket`` is its place in its step's order of first launch over all
-    ranks, as sync_lateness numbers it (collective_order). Rows are in sync_lateness' order when the
-    partition is the whole run (a step's rows by rank). ``occ``: Q.occurrences of comm's wire rows
-    when the caller has it (its collective rows are numbered as the collectives alone would be:
-    kind is part of the identity)."""
-    parts = []
-    if first is not None:
-        b = comm[(comm["kind"] == S.BUCKET).to_numpy()]
-        idx = first.index.get_indexer(pd.MultiIndex.from_frame(b[LATE_KEY]))
-        parts.append(pd.DataFrame({"rank": b["rank"].to_numpy(), "step": b["step"].to_numpy(),
-                                   "micro": b["micro"].to_numpy(), "bucket": b["bucket"].to_numpy(dtype=np.int64),
-                                   "late_ns": b["launch_ns"].to_numpy() - first.to_numpy()[idx], "label": "",
-                                   "buckets": True}))
-    if occ is None:
-        rows = comm[wire_mask(comm) & (comm["kind"] != S.BUCKET).to_numpy()]
-        c = Q.occurrences(rows) if len(rows) else rows
-    else:
-        c = occ[(occ["kind"] != S.BUCKET).to_numpy()]
-    if first is not None and len(c):
-        c = c[~c["step"].isin(first.index.get_level_values("step").unique()).to_numpy()]
-    if len(c):
-        ev_id = events.index.get_indexer(pd.MultiIndex.from_frame(c[Q.EVENT_KEY]))
-        ordinal, label = events["order"].to_numpy(), events["label"].to_numpy()
-        parts.append(pd.DataFrame({"rank": c["rank"].to_numpy(), "step": c["step"].to_numpy(),
-                                   "micro": c["micro"].to_numpy(), "bucket": ordinal[ev_id],
-                                   "late_ns": c["launch_ns"].to_numpy() - events["first"].to_numpy()[ev_id],
-                                   "label": label[ev_id], "buckets": False}))
-    if not parts:
-        return None
-    late = pd.concat(parts, ignore_index=True)
-    # as sync_lateness: its rows are sorted by (step, rank) when it has collective rows
-    return late if late["buckets"].all() else late.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
 def collective_order(events: pd.DataFrame, first: pd.Series | None) -> tuple[np.ndarray, np.ndarray]:
@@ -95,8 +47,10 @@ def collective_order(events: pd.DataFrame, first: pd.Series | None) -> tuple[np.
 
 
 def with_collective_order(events: pd.DataFrame, first: pd.Series | None) -> pd.DataFrame:
-    """``events`` with collective_order's ``order`` and ``label`` columns (lateness_rows uses them)."""
+    """``events`` with collective_order's ``order`` and ``label`` columns (lateness_rows uses them);
+    ``label`` categorical, "" among its categories (each partition's lateness rows take its codes)."""
     ordinal, label = collective_order(events, first)
+    label = pd.Categorical(label, categories=sorted(set(label.tolist()) | {""}))
     return events.assign(order=ordinal, label=label)
 
 
@@ -154,15 +108,6 @@ def combine_bucket_table(second: list[dict]) -> pd.DataFrame:
     out = out.join(spill.group_medians([r["tb_medians"] for r in second], ["bucket"], BUCKET_TABLE_MEDIANS))
     out.index.name = "bucket"
     return out.reset_index()[cols]
-
-
-def step_origins(compute: pd.DataFrame, comm: pd.DataFrame) -> pd.Series:
-    """Per step: its earliest compute or comm start among these ranks (compute_intervals,
-    comm_rows), the time zero views.timeline.step_origin gives the step's timeline; reduce_step_first
-    takes the minimum over partitions."""
-    starts = pd.concat([t[["step", "start_ns"]] for t in (compute, comm) if len(t)], ignore_index=True) \
-        if len(compute) or len(comm) else pd.DataFrame({"step": [], "start_ns": []}, dtype=np.int64)
-    return starts.groupby("step")["start_ns"].min()
 
 
 def reduce_step_first(parts: list) -> pd.Series | None:

@@ -108,24 +108,24 @@ def combine_top_exposed(second: list[dict]) -> list[dict]:
     return top_exposed_rows(agg, sum(r["exposed_total"] for r in second), sum(r["rank_steps"] for r in second))
 
 
-def combine_buckets(second: list[dict], layouts: pd.DataFrame) -> pd.DataFrame:
+def combine_buckets(second: list[dict], layouts: pd.DataFrame, map_fn=map) -> pd.DataFrame:
     firsts = [r["bucket_first"] for r in second if r["bucket_first"] is not None]
     if not firsts:
         return pd.DataFrame()
     g = pd.concat(firsts).groupby(level=[0, 1], sort=True)
     out = pd.DataFrame({"bytes": g["bytes"].max(), "dtype": g["dtype"].first()})
-    med = spill.group_medians([r["buckets"] for r in second], ["layout", "bucket"], BUCKET_MEDIANS)
+    med = spill.group_medians([r["buckets"] for r in second], ["layout", "bucket"], BUCKET_MEDIANS, map_fn)
     out = out.join(med)
     out.index.names = ["layout", "bucket"]
     return with_params(out, layouts)
 
 
-def combine_collectives(second: list[dict]) -> pd.DataFrame:
+def combine_collectives(second: list[dict], map_fn=map) -> pd.DataFrame:
     sums = [r["coll_sums"] for r in second if r["coll_sums"] is not None]
     if not sums:
         return pd.DataFrame()
     g = pd.concat(sums).groupby(level=[0, 1], sort=True).sum()
-    med = spill.group_medians([r["coll"] for r in second], ["phase", "op"], ["queue_ns", "busbw_gbps"])
+    med = spill.group_medians([r["coll"] for r in second], ["phase", "op"], ["queue_ns", "busbw_gbps"], map_fn)
     out = g.join(med)[["calls", "bytes", "duration_ns", "exposed_ns", "queue_ns", "busbw_gbps"]]
     nsteps = max(1, sum(r["coll_steps"] for r in second))
     per = ["calls", "bytes", "duration_ns", "exposed_ns"]

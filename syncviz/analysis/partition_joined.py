@@ -149,13 +149,18 @@ def stragglers(out: dict, c: dict, t: dict, rows: np.ndarray, events: pd.DataFra
 
 
 def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, order: np.ndarray) -> pd.DataFrame | None:
-    """partial_views.lateness_rows on arrays (``order``: the comm rows in launch order, rank by rank);
-    ``label`` as a categorical (a Python string per row cost ~40 ms a partition)."""
-    labels, label_of = np.unique(events["label"].to_numpy(dtype=object).astype(str), return_inverse=True) if len(events) \
-        else (np.array([""]), np.zeros(0, dtype=np.int64))
-    empty = int(np.searchsorted(labels, ""))
-    if empty == len(labels) or labels[empty] != "":
-        labels, label_of, empty = np.insert(labels, empty, ""), np.where(label_of >= empty, label_of + 1, label_of), empty
+    """tables.sync_lateness' rows of these ranks (rank, step, micro, bucket, late_ns, label; no
+    launch_ns), plus ``buckets``: whether the row is a bucket's. ``late_ns`` = launch − the earliest
+    launch of the same bucket (``first``: pass 1's bucket_first over all ranks), or of the same
+    collective in a step without buckets (``events``: partials.combine_events with
+    partial_views.with_collective_order's columns), among all ranks. A collective's ``bucket`` is its
+    place in its step's order of first launch over all ranks, as sync_lateness numbers it. Rows in
+    sync_lateness' order when the partition is the whole run: bucket rows in row order, else by
+    (step, rank), each rank's collectives in launch order (``order``: the comm rows in launch order,
+    rank by rank). ``label`` categorical (a Python string per row cost ~40 ms a partition)."""
+    label = events["label"].array          # with_collective_order's categorical: "" is a category
+    labels, label_of = label.categories.to_numpy(dtype=object), label.codes
+    empty = label.categories.get_loc("")
     rows, bucket, late, code = [], [], [], []
     if first is not None:
         b = np.flatnonzero(c["kind"] == E.BUCKET)
@@ -181,7 +186,7 @@ def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, or
         keep = np.lexsort((c["rank"][rows], c["step"][rows]))
         rows, bucket, late, code, buckets = rows[keep], bucket[keep], late[keep], code[keep], buckets[keep]
     return pd.DataFrame({"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows], "bucket": bucket,
-                         "late_ns": late, "label": pd.Categorical.from_codes(code, labels.astype(object)),
+                         "late_ns": late, "label": pd.Categorical.from_codes(code, labels),
                          "buckets": buckets})
 
 

@@ -157,7 +157,7 @@ def compare_partial(ev: E.EventArrays, c: dict) -> dict:
 
 def _extras(ev: E.EventArrays, local: PL.Local) -> dict:
     """What pass 2 needs of the partition's other rows: how many rows there were, each step's
-    timeline origin (partial_views.step_origins: the earliest compute or comm start), the offload
+    timeline origin (views.timeline.step_origin: the earliest compute or comm start), the offload
     rows and the (rank, step) pairs that have a step row."""
     comp = local.comp
     steps = np.r_[comp[1], local.comm["step"]]

@@ -55,26 +55,83 @@ def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarra
 
 def median(x: np.ndarray) -> float:
     """pandas' median: NaN skipped; NaN when nothing is left."""
-    x = x[~np.isnan(x)]
-    if not len(x):
+    return median_in_place(np.array(x, dtype=float))
+
+
+def median_in_place(x: np.ndarray) -> float:
+    """median() of a float array it may reorder: NaN sorts last in numpy's partition, so the middle
+    of the n values that are not NaN is at ranks (n - 1) // 2 and n // 2, taken as np.median takes
+    them (the mean of the two for an even n), with no copy of the array without NaN."""
+    n = len(x) - int(np.isnan(x).sum())
+    if not n:
         return float("nan")
-    return float(np.median(x, overwrite_input=True))
+    k = [(n - 1) // 2, n // 2]
+    x.partition(k)
+    return float(np.mean(x[k])) if n % 2 == 0 else float(x[k[0]])
 
 
-def group_medians(pieces: list[Piece | None], keys: list[str], cols) -> pd.DataFrame:
-    """Median of every column per group over all partitions' pieces (index: the keys, sorted)."""
+BIG_GROUP = 1 << 20       # values: a group this big is one median task; smaller ones are batched
+
+
+def group_medians(pieces: list[Piece | None], keys: list[str], cols, map_fn=map) -> pd.DataFrame:
+    """Median of every column per group over all partitions' pieces (index: the keys, sorted).
+    ``map_fn``: a map to run the median tasks with (a process pool's: the groups and columns are
+    independent); each task reads its own values from the pieces, one column at a time."""
     cols = list(cols)
-    groups, rows = [], []
-    for k, values in group_values(pieces):
-        groups.append(k)
-        rows.append([median(values[ci]) for ci in range(len(cols))])
-    out = np.array(rows, dtype=float).reshape(len(groups), len(cols))
+    where = _where(pieces)
+    groups = sorted(where)
+    tasks, batch, size = [], [], 0
+    for gi, k in enumerate(groups):
+        n = sum(b - a for _, a, b in where[k])
+        if n >= BIG_GROUP:
+            tasks += [[(gi, ci, where[k])] for ci in range(len(cols))]
+            continue
+        batch += [(gi, ci, where[k]) for ci in range(len(cols))]
+        size += n * len(cols)
+        if size >= BIG_GROUP:
+            tasks.append(batch)
+            batch, size = [], 0
+    if batch:
+        tasks.append(batch)
+    out = np.full((len(groups), len(cols)), np.nan)
+    for done in map_fn(median_task, tasks):
+        for gi, ci, m in done:
+            out[gi, ci] = m
     if keys:
         index = pd.MultiIndex.from_tuples(groups, names=keys) if len(keys) > 1 else \
             pd.Index([g[0] for g in groups], name=keys[0])
     else:
         index = pd.RangeIndex(len(groups))
     return pd.DataFrame(out, index=index, columns=cols)
+
+
+def median_task(task: list) -> list[tuple[int, int, float]]:
+    """The medians of a list of (group number, column, [(piece file, first row, end row)]): each
+    group's column gathered into one array (read, not kept mapped) and its median taken in place."""
+    files: dict[str, np.ndarray] = {}
+    out = []
+    for gi, ci, slices in task:
+        x = np.empty(sum(b - a for _, a, b in slices))
+        at = 0
+        for path, a, b in slices:
+            if path not in files:
+                files[path] = np.load(path, mmap_mode="r")
+            x[at:at + b - a] = files[path][ci, a:b]
+            at += b - a
+        out.append((gi, ci, median_in_place(x)))
+    return out
+
+
+def _where(pieces: list[Piece | None]) -> dict[tuple, list[tuple[str, int, int]]]:
+    """Each group's slices (piece file, first row, end row), pieces in order."""
+    where: dict[tuple, list[tuple[str, int, int]]] = {}
+    for p in pieces:
+        if p is None:
+            continue
+        ends = np.cumsum(p.counts)
+        for k, a, b in zip(p.groups, ends - p.counts, ends):
+            where.setdefault(k, []).append((p.path, int(a), int(b)))
+    return where
 
 
 def group_values(pieces: list[Piece | None]):

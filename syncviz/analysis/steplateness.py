@@ -4,7 +4,7 @@ drawn without reading every rank's events.
 The Replay page draws, for one step, the rank × collective lateness heatmap (tables.sync_lateness)
 of *every* rank. Computing it means reading the step from every rank file: ~0.6 s for one step of
 the 1,024-rank, 10^8-event run (benchmarks/scale.py), plus ~0.4 s to match collectives across
-ranks. The summary's second pass has those rows anyway (partial_views.lateness_rows: it sums them
+ranks. The summary's second pass has those rows anyway (partition_joined.lateness: it sums them
 into the rank × step map), so each partition writes them here, to one Parquet file with one row
 group per step. Reading a step is then one row group of each partition's file.
 
@@ -42,7 +42,7 @@ class NotKept(Exception):
 
 
 def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
-    """Write ``late`` (partial_views.lateness_rows of one partition) to ``path``: one record batch
+    """Write ``late`` (partition_joined.lateness of one partition) to ``path``: one record batch
     per step, in step order. Returns {"file": name, "steps": [step of each batch]}, or None when
     there is nothing to keep. Raises NotKept when the file does not read back equal."""
     if late is None or not len(late):
