@@ -42,6 +42,24 @@ def test_fixture_numbers_unchanged(scenario):
     assert not diffs, f"{scenario}: {len(diffs)} numbers changed, e.g. {diffs[:5]}"
 
 
+@pytest.mark.parametrize("scenario", make_fixtures.SCENARIOS)
+def test_fixture_numbers_by_partitions_unchanged(scenario):
+    """`syncviz summary`'s default path (partitions of ranks on arrays, analysis/partition_*.py) gives
+    the frozen numbers too: with one partition, and with one rank per partition."""
+    from syncviz.analysis.partitioned import summarize
+    expected = json.loads((DATA / scenario / "expected.json").read_text())
+    for target in (10 ** 9, 1):
+        t = summarize(DATA / scenario, jobs=1, target_events=target)
+        s = t.summary
+        got = json.loads(json.dumps({"summary": {k: v for k, v in s.items() if k not in ("name", "problems", "verdict")},
+                                     "verdict": s["verdict"], "problems": len(s["problems"]),
+                                     "step_table": json.loads(t.step_table.to_json(orient="records"))},
+                                    default=make_fixtures._plain))
+        want = {k: v for k, v in expected.items() if k != "events"}
+        diffs = _same(got, want)
+        assert not diffs, f"{scenario} ({target}): {len(diffs)} numbers changed, e.g. {diffs[:5]}"
+
+
 def test_damaged_fixtures_say_so():
     truncated = make_fixtures.numbers(DATA / "truncated-rank")
     assert truncated["problems"] >= 1                   # rank 1 named incomplete, the rest read

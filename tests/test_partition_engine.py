@@ -1,0 +1,160 @@
+"""The partitioned summary's engine (analysis/partition_*.py, trace/partition_read.py): the cases its
+own code paths take — a partition read as one table or rank by rank, dictionaries that outgrow their
+index type, packed batches, several ranks a partition, the comm rows kept between the passes, the
+medians — each against the whole-run functions (test_partitioned._compare: every number, table and
+report byte) or numpy/pandas themselves."""
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing as mp
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from syncviz.analysis import eventarrays as E
+from syncviz.analysis import partition_local as PL
+from syncviz.analysis import spill
+from syncviz.analysis.partitioned import partitions
+from syncviz.trace import read as R
+from syncviz.trace.partition_read import read_partition
+from test_partitioned import DATA, _compare
+from tracebuild import simulated_run
+
+
+def _rewrite(path: Path, change) -> None:
+    """Rewrite a rank file with ``change(table) -> table`` applied, a batch per run of equal steps."""
+    with pa.OSFile(str(path)) as f:
+        reader = pa.ipc.open_stream(f)
+        schema, table = reader.schema, reader.read_all()
+    table = change(table.cast(pa.schema([pa.field(n, t.value_type if pa.types.is_dictionary(t) else t)
+                                         for n, t in zip(table.column_names, table.schema.types)],
+                                        metadata=schema.metadata)))
+    steps = table.column("step").to_numpy()
+    cuts = np.r_[0, np.flatnonzero(steps[1:] != steps[:-1]) + 1, len(steps)]
+    with pa.ipc.new_stream(str(path), table.schema) as w:
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            w.write_table(table.slice(a, b - a))
+
+
+def _same_rows(run: Path):
+    """read_partition's table holds exactly read_ranks' rows, problems and spans index."""
+    files = R.rank_files(run)
+    a_index, b_index = {}, {}
+    fast = read_partition(files, a_index)
+    assert fast is not None, "clean files are read as one table"
+    table, decoded, problems, incomplete, errors = fast
+    tables, p2, i2, e2 = R.read_ranks(files, index=b_index)
+    assert (problems, incomplete, errors) == (p2, i2, e2)
+    got, want = E.from_tables([table], decoded), E.from_tables(tables)
+    for f in ("rank", "step", "micro", "start", "end", "bucket", "bytes", "group_size", "ready", "launch", "layout",
+              "logical_bytes", "kind"):
+        assert np.array_equal(getattr(got, f), getattr(want, f)), f
+    for f, d in (("name", "names"), ("op", "ops"), ("dtype", "dtypes"), ("phase", "phases")):
+        assert np.array_equal(getattr(got, d)[getattr(got, f)], getattr(want, d)[getattr(want, f)]), f
+    assert a_index.keys() == b_index.keys()
+    for r in a_index:
+        assert (a_index[r] is None) == (b_index[r] is None)
+        if a_index[r] is not None:
+            assert a_index[r][0] == b_index[r][0] and np.array_equal(a_index[r][1], b_index[r][1])
+
+
+@pytest.mark.parametrize("fixture", ["ddp-2rank", "straggler", "zero2", "truncated-rank"])
+def test_clean_files_read_as_one_table(fixture):
+    _same_rows(DATA / fixture)
+
+
+def test_more_steps_than_an_int8_dictionary_holds(tmp_path):
+    """200 steps: each column's per-batch dictionaries unify to more values than their int8 indices
+    hold (the simulator's step column); read as one table all the same, same numbers."""
+    run = simulated_run(tmp_path, "long", "--model", "gpt2-medium", "--world-size", "2", "--steps", "200",
+                        "--strategy", "zero3", "--steps-per-batch", "1")
+    with pa.OSFile(str(run / "rank-0.arrow")) as f:
+        typ = pa.ipc.open_stream(f).schema.field("step").type
+    assert pa.types.is_dictionary(typ) and typ.index_type == pa.int8()
+    _same_rows(run)
+    _compare(run, target_events=10 ** 9)
+
+
+def test_packed_batches_and_several_ranks_a_partition(tmp_path):
+    """Several steps in a batch (the simulator's packed layout) and partitions of several ranks."""
+    run = simulated_run(tmp_path, "packed", "--model", "gpt2-medium", "--world-size", "5", "--steps", "6",
+                        "--steps-per-batch", "4", "--straggler", "1:0.2")
+    _same_rows(run)
+    files = R.rank_files(run)
+    two_ranks = 5 * (run / "rank-0.arrow").stat().st_size // (2 * 52)     # partitioned.BYTES_PER_EVENT
+    assert {len(p) for p in partitions(files, two_ranks)} == {1, 2}
+    _compare(run, target_events=two_ranks)
+
+
+@pytest.mark.parametrize("damage", ["end before start", "step written twice", "unknown kind"])
+def test_files_that_need_repairs_are_validated_rank_by_rank(tmp_path, damage):
+    """A file validation would change sends the partition to read_ranks, which names the damage;
+    the numbers are the whole-run path's."""
+    run = Path(shutil.copytree(DATA / "straggler", tmp_path / "run"))
+
+    def change(t):
+        if damage == "end before start":
+            end = t.column("end_ns").to_numpy().copy()
+            end[3] = t.column("start_ns").to_numpy()[3] - 5
+            return t.set_column(t.schema.get_field_index("end_ns"), "end_ns", pa.array(end))
+        if damage == "unknown kind":
+            kind = t.column("kind").to_pylist()
+            kind[2] = "mystery"
+            return t.set_column(t.schema.get_field_index("kind"), "kind", pa.array(kind))
+        again = (t.column("step").to_numpy() == 1) & (np.asarray(t.column("kind").to_pylist()) != "step")
+        return pa.concat_tables([t, t.filter(pa.array(again))])         # step 1's rows in a second batch
+    _rewrite(run / "rank-1.arrow", change)
+    assert read_partition(R.rank_files(run)) is None
+    old, new = _compare(run)
+    assert any("rank 1" in p for p in new.problems)
+
+
+def test_kept_comm_rows_read_back_as_computed(tmp_path):
+    """partition_local.save / load: the comm rows, identities and extras come back as local_pass made
+    them (types included), though the identity's columns are not written and codes are narrowed."""
+    files = R.rank_files(DATA / "straggler")
+    tables, *_ = R.read_ranks(files)
+    local = PL.local_pass(E.from_tables(tables))
+    extra = {"order": local.order, "rows": np.array([7])}
+    PL.save(str(tmp_path / "kept"), local, extra)
+    c, idents, x = PL.load(str(tmp_path / "kept"))
+    assert c.keys() == local.comm.keys() and idents.keys() == local.idents.keys()
+    for k, v in local.comm.items():
+        assert np.array_equal(c[k], v, equal_nan=v.dtype.kind == "f") and c[k].dtype == v.dtype, k
+    assert np.array_equal(x["order"], local.order) and x["order"].dtype == local.order.dtype
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 1001])
+def test_median_in_place_is_pandas_median(n):
+    rng = np.random.default_rng(n)
+    for nan_share in (0.0, 0.3, 1.0):
+        x = rng.normal(size=n) * 10.0 ** rng.integers(-3, 12)
+        x[rng.random(n) < nan_share] = np.nan
+        if n > 3:
+            x[:2] = (-0.0, 0.0)
+        want = pd.Series(x).median()
+        got = spill.median_in_place(x.copy())
+        assert (np.isnan(got) and np.isnan(want)) or got == want
+
+
+def test_group_medians_on_a_process_pool_equal_serial(tmp_path, monkeypatch):
+    """Big groups are a task per column, small ones batched; the pool's answers are the serial ones."""
+    monkeypatch.setattr(spill, "BIG_GROUP", 50)
+    rng = np.random.default_rng(1)
+    pieces = []
+    for i in range(3):
+        n = 300
+        frame = pd.DataFrame({"g": rng.integers(0, 5, n), "a": rng.normal(size=n), "b": rng.exponential(size=n)})
+        frame.loc[frame.index[::7], "a"] = np.nan
+        pieces.append(spill.write_piece(tmp_path, f"p{i}", frame, ["g"], ["a", "b"]))
+    serial = spill.group_medians(pieces, ["g"], ["a", "b"])
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        pooled = spill.group_medians(pieces, ["g"], ["a", "b"], pool.map)
+    pd.testing.assert_frame_equal(serial, pooled, check_exact=True)
+    whole = pd.concat([pd.DataFrame(np.load(p.path).T, columns=["a", "b"]).assign(
+        g=np.repeat([k[0] for k in p.groups], p.counts)) for p in pieces])
+    pd.testing.assert_frame_equal(serial, whole.groupby("g")[["a", "b"]].median(), check_exact=True, check_names=False)
