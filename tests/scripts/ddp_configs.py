@@ -12,6 +12,7 @@ its reducer and rebuilds its buckets again). Rank 0 saves the parameters and
 DDP's own bucket layout (its logging data: rebuilt_per_bucket_param_indices) to --save.
 """
 import argparse
+import gc
 
 import torch
 import torch.distributed as dist
@@ -81,4 +82,11 @@ if rank == 0 and a.save:
     torch.save({"params": {k: v.detach().clone() for k, v in model.module.state_dict().items()},
                 "rebuilt": log.get("rebuilt_per_bucket_param_indices", ""),
                 "names": [n for n, _ in model.module.named_parameters()]}, a.save)
+# DDP goes before its process group, and the ranks leave together: as this script ended before
+# (destroy_process_group under a live DDP, rank 0 still saving), a rank aborted at exit in 5-6 of 30
+# plain torchrun runs here ("terminate called without an active exception", SIGABRT; torch 2.13,
+# gloo); with DDP deleted and collected and a barrier first, 0 of 30.
+del model, opt
+gc.collect()
+dist.barrier()
 dist.destroy_process_group()

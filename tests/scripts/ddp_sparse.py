@@ -4,6 +4,7 @@ use), no syncviz import: its buckets must be timed and its bytes be what gloo mo
 usage: ddp_sparse.py --steps N --save PATH   (rank 0 saves the parameters)
 """
 import argparse
+import gc
 
 import torch
 import torch.distributed as dist
@@ -39,4 +40,11 @@ for step in range(a.steps):
     opt.zero_grad()
 if rank == 0 and a.save:
     torch.save({k: v.detach().clone() for k, v in model.module.state_dict().items()}, a.save)
+# DDP goes before its process group, and the ranks leave together: as this script ended before
+# (destroy_process_group under a live DDP, rank 0 still saving), a rank aborted at exit in 5-6 of 30
+# plain torchrun runs here ("terminate called without an active exception", SIGABRT; torch 2.13,
+# gloo); with DDP deleted and collected and a barrier first, 0 of 30.
+del model, opt
+gc.collect()
+dist.barrier()
 dist.destroy_process_group()
