@@ -44,7 +44,7 @@ if rank == 0 and a.save:
 # (destroy_process_group under a live DDP, rank 0 still saving), a rank aborted at exit in 5-6 of 30
 # plain torchrun runs here ("terminate called without an active exception", SIGABRT; torch 2.13,
 # gloo); with DDP deleted and collected and a barrier first, 0 of 30.
-del model, opt
+model = opt = None
 gc.collect()
 dist.barrier()
 dist.destroy_process_group()
