@@ -1,9 +1,9 @@
 """The summary's second pass on one partition's comm rows (partition_local's, kept between the passes),
 once every collective's first and last launch over all ranks is known: queue, service and bandwidth
 (queueing.service_times, metrics.busbw_factors), and what the summary aggregates of them — spilled
-medians, the straggler counts, launch skew, exposed time by collective, the lateness rows. Every
-table returned is the one partials.pass2 returned from pandas frames (tests/test_partitioned.py
-compares the whole summary with the whole-run functions')."""
+medians, the straggler counts, launch skew, exposed time by collective, the lateness rows: the tables
+partials.py combines (tests/test_partitioned.py compares what the summary makes of them, number by
+number, with the whole-run functions)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +15,7 @@ from syncviz.analysis import eventarrays as E
 from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
-from syncviz.analysis.metrics import busbw_factors
+from syncviz.analysis.metrics import SCATTER_OPS, busbw_factors
 from syncviz.analysis.partition_local import ident_index, is_wire
 from syncviz.analysis.tables import BUCKET_MEDIANS
 
@@ -30,8 +30,8 @@ def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
     t = Q.service_times(launch, end, c["prev"], events["last"].to_numpy(dtype=float)[gid])
     svc = t["service_ns"]
     ops = c["ops"]
-    ar = np.array([o == "all_reduce" for o in ops], dtype=bool)
-    sc = np.array([o in ("reduce_scatter", "all_gather", "all_to_all") for o in ops], dtype=bool)
+    ar = np.array([o == "all_reduce" for o in ops], dtype=bool)        # per dictionary entry, then per row
+    sc = np.array([o in SCATTER_OPS for o in ops], dtype=bool)
     op = c["op"]
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where(svc > 0, c["bytes"] / svc, np.nan)   # bytes/ns == GB/s
@@ -125,7 +125,10 @@ def exposed_by_identity(c: dict, rows: np.ndarray) -> pd.DataFrame:
 
 
 def stragglers(out: dict, c: dict, t: dict, rows: np.ndarray, events: pd.DataFrame, scratch: str, tag: str) -> None:
-    """partials._stragglers on arrays: ``rows`` are the headline wire rows in launch order, rank by rank."""
+    """queueing.straggler_table's inputs from these ranks (``rows``: the headline wire rows in launch
+    order, rank by rank): per collective, how many of them launched at its last launch and the waiting
+    for peers on it; per rank, its mean lateness; and the (rank, collective, launched last) rows, in a
+    scratch file (partials.combine_stragglers adds them up once every collective's counts are known)."""
     ev_id = t["gid"][rows]
     first, last, nranks = (events[k].to_numpy() for k in ("first", "last", "ranks"))
     launch = c["launch"][rows]
