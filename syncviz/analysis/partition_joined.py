@@ -146,8 +146,10 @@ def stragglers(out: dict, c: dict, t: dict, rows: np.ndarray, events: pd.DataFra
     out["late"] = pd.Series(int_sums(inv, late, n_ranks) / np.bincount(inv), index=pd.Index(ranks, name="rank"),
                             name="mean_late_ns")
     out["strag_steps"] = set(K.unique_ints(c["step"][rows][keep]).tolist())
-    path = str(Path(scratch) / f"st-{tag}.npz")
-    np.savez(path, rank=rank, ev=ev_id[keep], at_max=at_max[keep])
+    path = str(Path(scratch) / f"st-{tag}.arrays")
+    with open(path, "wb") as f:         # three .npy arrays in a row (not .npz: no zip to pay for)
+        for v in (rank, ev_id[keep], at_max[keep]):
+            np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
     out["strag"] = path
 
 

@@ -164,8 +164,9 @@ def collective_table(c: dict, idents: dict) -> pd.DataFrame | None:
     np.minimum.at(lo, ident, c["launch"])
     np.maximum.at(hi, ident, c["launch"])
     ops = c["ops"][c["op"][idents["row"]]] if len(c["ops"]) else np.full(n, "", dtype=object)
-    return pd.DataFrame({"min": lo, "max": hi, "size": np.bincount(ident, minlength=n).astype(np.int64),
-                         "op": ops}, index=ident_index(c, idents))
+    table = pd.DataFrame({"min": lo, "max": hi, "size": np.bincount(ident, minlength=n).astype(np.int64),
+                          "op": ops}, index=ident_index(c, idents))
+    return table.sort_index()       # sorted here, in the worker: the parent folds sorted tables fast
 
 
 def save(path: str, local: Local, extra: dict) -> None:

@@ -263,7 +263,12 @@ def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, eve
          "engine": meta.get("engine", "torch"), "world_size": world_size,
          "steps": int(steps["step"].nunique()) if len(steps) else 0, "headline_steps": hsteps}
     s.update(headline(h))
-    med = spill.group_medians([r["hw"] for r in second], [], ["busbw_gbps", "service_ns", "queue_ns"], map_fn)
+    # every median of the summary in one map of tasks (spill.group_medians_many)
+    med, busbw, bucket_med, coll_med = spill.group_medians_many([
+        ([r["hw"] for r in second], [], ["busbw_gbps", "service_ns", "queue_ns"]),
+        ([r["step_busbw"] for r in second], ["step"], ["busbw_gbps"]),
+        ([r["buckets"] for r in second], ["layout", "bucket"], P.BUCKET_MEDIANS),
+        ([r["coll"] for r in second], ["phase", "op"], P.COLLECTIVE_MEDIANS)], map_fn)
     n_hw = sum(r["n_hw"] for r in second)
     row = med.iloc[0] if len(med) else None
     s["busbw_gbps"] = float(row["busbw_gbps"]) if n_hw else float("nan")
@@ -282,12 +287,11 @@ def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, eve
     offload = P.combine_offload(second)
     s["offload_ms"] = float(offload["ms_per_step"].sum()) if len(offload) else 0.0
     s["verdict"] = verdict(s)
-    busbw = spill.group_medians([r["step_busbw"] for r in second], ["step"], ["busbw_gbps"], map_fn)
     step_tab = step_table_of(steps, busbw["busbw_gbps"] if len(busbw) else np.nan) if len(steps) else \
         pd.DataFrame(columns=["step"])
     return SummaryTables(path=run_dir, meta=meta, layouts=layouts, problems=list(problems), summary=s, steps=steps,
-                         step_table=step_tab, bucket_table=P.combine_buckets(second, layouts, map_fn),
-                         collective_table=P.combine_collectives(second, map_fn), offload=offload,
+                         step_table=step_tab, bucket_table=P.combine_buckets(second, layouts, bucket_med),
+                         collective_table=P.combine_collectives(second, coll_med), offload=offload,
                          incomplete_ranks=incomplete)
 
 

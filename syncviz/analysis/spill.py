@@ -77,41 +77,54 @@ def group_medians(pieces: list[Piece | None], keys: list[str], cols, map_fn=map)
     """Median of every column per group over all partitions' pieces (index: the keys, sorted).
     ``map_fn``: a map to run the median tasks with (a process pool's: the groups and columns are
     independent); each task reads its own values from the pieces, one column at a time."""
-    cols = list(cols)
-    where = _where(pieces)
-    groups = sorted(where)
-    tasks, batch, size = [], [], 0
-    for gi, k in enumerate(groups):
-        n = sum(b - a for _, a, b in where[k])
-        if n >= BIG_GROUP:
-            tasks += [[(gi, ci, where[k])] for ci in range(len(cols))]
-            continue
-        batch += [(gi, ci, where[k]) for ci in range(len(cols))]
-        size += n * len(cols)
-        if size >= BIG_GROUP:
-            tasks.append(batch)
-            batch, size = [], 0
-    if batch:
-        tasks.append(batch)
-    out = np.full((len(groups), len(cols)), np.nan)
-    for done in map_fn(median_task, tasks):
-        for gi, ci, m in done:
-            out[gi, ci] = m
-    if keys:
-        index = pd.MultiIndex.from_tuples(groups, names=keys) if len(keys) > 1 else \
-            pd.Index([g[0] for g in groups], name=keys[0])
-    else:
-        index = pd.RangeIndex(len(groups))
-    return pd.DataFrame(out, index=index, columns=cols)
+    return group_medians_many([(pieces, keys, cols)], map_fn)[0]
 
 
-def median_task(task: list) -> list[tuple[int, int, float]]:
-    """The medians of a list of (group number, column, [(piece file, first row, end row)]): each
-    group's column read into one array and its median taken in place. Read, not memory-mapped: the
-    mapped pages of a column of 6*10^7 values count in the worker's resident memory as much again."""
+def group_medians_many(requests: list[tuple], map_fn=map) -> list[pd.DataFrame]:
+    """group_medians of several (pieces, keys, cols) at once: every task in one map, the biggest
+    first, so that two workers finish together (the summary's four tables at 10^8 events: 3.6 s one
+    table after another, the tasks of a table waiting for its biggest)."""
+    tasks, layout = [], []
+    for ri, (pieces, keys, cols) in enumerate(requests):
+        where = _where(pieces)
+        groups = sorted(where)
+        layout.append((groups, keys, list(cols)))
+        batch, size = [], 0
+        for gi, k in enumerate(groups):
+            n = sum(b - a for _, a, b in where[k])
+            if n >= BIG_GROUP:
+                tasks += [(n, [(ri, gi, ci, where[k])]) for ci in range(len(cols))]
+                continue
+            batch += [(ri, gi, ci, where[k]) for ci in range(len(cols))]
+            size += n * len(cols)
+            if size >= BIG_GROUP:
+                tasks.append((size, batch))
+                batch, size = [], 0
+        if batch:
+            tasks.append((size, batch))
+    tasks.sort(key=lambda t: -t[0])
+    outs = [np.full((len(g), len(c)), np.nan) for g, _, c in layout]
+    for done in map_fn(median_task, [t for _, t in tasks]):
+        for ri, gi, ci, m in done:
+            outs[ri][gi, ci] = m
+    frames = []
+    for (groups, keys, cols), out in zip(layout, outs):
+        if keys:
+            index = pd.MultiIndex.from_tuples(groups, names=keys) if len(keys) > 1 else \
+                pd.Index([g[0] for g in groups], name=keys[0])
+        else:
+            index = pd.RangeIndex(len(groups))
+        frames.append(pd.DataFrame(out, index=index, columns=cols))
+    return frames
+
+
+def median_task(task: list) -> list[tuple[int, int, int, float]]:
+    """The medians of a list of (request, group number, column, [(piece file, first row, end row)]):
+    each group's column read into one array and its median taken in place. Read, not memory-mapped:
+    the mapped pages of a column of 6*10^7 values count in the worker's resident memory as much again."""
     files: dict[str, tuple[int, int]] = {}
     out = []
-    for gi, ci, slices in task:
+    for ri, gi, ci, slices in task:
         x = np.empty(sum(b - a for _, a, b in slices))
         at = 0
         for path, a, b in slices:
@@ -122,7 +135,7 @@ def median_task(task: list) -> list[tuple[int, int, float]]:
                 f.seek(offset + 8 * (ci * rows + a))
                 f.readinto(memoryview(x[at:at + b - a]).cast("B"))
             at += b - a
-        out.append((gi, ci, median_in_place(x)))
+        out.append((ri, gi, ci, median_in_place(x)))
     return out
 
 
