@@ -148,3 +148,59 @@ def test_kept_columns_give_the_same_batches(monkeypatch, kept_max):
         assert len(columns._REPEATING) <= kept_max
         if kept_max > 100 and step % 4:     # the shape's columns were all kept by its first step
             assert len(columns._REPEATING) == kept
+
+
+def _steady_steps(count: int, shapes: int = 3, nparams: int = 7):
+    """``count`` steps of ``shapes`` different shapes, interleaved, each with its own times."""
+    for step in range(count):
+        shape = random.Random(step % shapes)
+        phases, ready, buckets, collectives = _step(shape, nparams, shape.randint(1, 3))
+        shift = random.Random(100 + step).randint(0, 10**9)
+        phases = [p._replace(start=p.start + shift, end=p.end + shift) for p in phases]
+        yield build_batch(step, phases=phases, ready=[(p, t + shift, m) for p, t, m in ready], buckets=buckets,
+                          collectives=collectives, base=7, world_size=2, step_start=None,
+                          param_name=lambda i: f"layer.{i}.weight", bucket_params=lambda lay, b: [0, 3, 5])
+
+
+@pytest.mark.parametrize("templates_max", [64, 2])
+def test_written_steps_are_the_bytes_of_the_built_batches(tmp_path, monkeypatch, templates_max):
+    """RankWriter.write_repeating (a steady loop's steps written as the kept message with new
+    times) writes the very bytes pyarrow's stream writer writes for each built batch: steps of
+    three shapes interleaved (a template hit after a miss of another shape), the template store
+    cleared when full (templates_max 2 < 3 shapes), gradient-ready rows as arrays (1,200
+    parameters: no template) between them. A rank's file read while it is still open has every
+    step written."""
+    from syncviz.trace import write as W
+    monkeypatch.setattr(W, "TEMPLATES_MAX", templates_max)
+    fast, slow = W.RankWriter(tmp_path / "fast", 0), W.RankWriter(tmp_path / "slow", 0)
+    steps = list(_steady_steps(14))
+    steps[9:9] = list(_steady_steps(1, nparams=1200))
+    for cols in steps:
+        cols.write_to(fast)
+        slow.write_step(cols.to_batch())
+    assert fast._templates, "no step was written from a template"
+    assert len(fast._templates) <= templates_max
+    from syncviz.trace.streams import read_bytes, stream_batches
+    open_batches, problem = stream_batches(fast.path, read_bytes(fast.path))
+    assert len(open_batches) == len(steps) and problem.startswith("not closed")
+    fast.close()
+    slow.close()
+    assert fast.path.read_bytes() == slow.path.read_bytes()
+    got = pa.ipc.open_stream(fast.path.read_bytes()).read_all()
+    assert got.to_pydict() == pa.Table.from_batches([c.to_batch() for c in steps]).to_pydict()
+
+
+def test_a_batch_with_null_times_gets_no_template():
+    from syncviz.trace.ipc_template import BatchTemplate
+    from syncviz.trace.write import TIME_COLUMNS
+    batch = events_to_batch({"step": [1, 1], "kind": ["forward", "step"], "name": ["f", "s"],
+                             "start_ns": [5, None], "end_ns": [6, 7]})
+    assert BatchTemplate.of(batch, TIME_COLUMNS) is None
+    ok = events_to_batch({"step": [1, 1], "kind": ["forward", "step"], "name": ["f", "s"],
+                          "start_ns": [5, 4], "end_ns": [6, 7]})
+    tpl = BatchTemplate.of(ok, TIME_COLUMNS)
+    times = [[2, 2], [50, 40], [60, 70], [-1, -1], [-1, -1]]
+    import numpy as np
+    again = pa.ipc.read_record_batch(pa.ipc.read_message(pa.py_buffer(tpl.message(np.array(times)))), S.EVENT_SCHEMA)
+    assert [again.column(c).to_pylist() for c in TIME_COLUMNS] == times
+    assert again.column("kind").to_pylist() == ["forward", "step"]

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from syncviz.trace import schema as S
+from syncviz.trace.write import TIME_COLUMNS
 
 _NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32}
 
@@ -134,13 +135,25 @@ class StepColumns(dict):
                                                        np.asarray(vals[at:], dtype=dt)]), type=fld.type))
         return pa.RecordBatch.from_arrays(arrays, schema=S.EVENT_SCHEMA)
 
-    def _rows_batch(self) -> pa.RecordBatch:
+    def write_to(self, writer) -> None:
+        """Write the step's batch to ``writer`` (trace.RankWriter). A step of a few dozen rows
+        goes through RankWriter.write_repeating, keyed by its non-time columns: in a steady loop
+        every step after the first of its shape is the kept stream message with new times."""
+        if self.grad or len(self["step"]) > _REPEATING_MAX_ROWS:
+            writer.write_step(self.to_batch())
+            return
+        key = tuple([tuple(self[c]) for c in _STATIC_COLUMNS])
+        times = np.array([self[c] for c in _TIME_COLUMNS], dtype=np.int64)
+        writer.write_repeating(key, times, lambda: self._rows_batch(times))
+
+    def _rows_batch(self, times: np.ndarray | None = None) -> pa.RecordBatch:
         """The batch of a step without array blocks (a few dozen rows). The times change every
         step: one numpy block, then a zero-copy Arrow array each. The other columns (kinds, names,
         buckets, bytes, phases) repeat step after step in a steady loop: their Arrow arrays are
         kept (_REPEATING) and reused. 2.1x faster than an Arrow array per column list (88 against
         189 µs for the 14-row step of benchmarks/overhead_script.py short-steps, timeit)."""
-        times = np.array([self[c] for c in _TIME_COLUMNS], dtype=np.int64)
+        if times is None:
+            times = np.array([self[c] for c in _TIME_COLUMNS], dtype=np.int64)
         arrays = []
         for fld in S.EVENT_SCHEMA:
             name = fld.name
@@ -163,8 +176,9 @@ class StepColumns(dict):
 
 # Columns whose values change every step (int64 all). Arrow arrays are immutable, so one kept
 # array may serve every batch whose column has the same values.
-_TIME_COLUMNS = ("step", "start_ns", "end_ns", "ready_ns", "launch_ns")
+_TIME_COLUMNS = TIME_COLUMNS
 _TIME_INDEX = {c: i for i, c in enumerate(_TIME_COLUMNS)}
+_STATIC_COLUMNS = tuple(c for c in S.EVENT_COLUMNS if c not in _TIME_INDEX)
 _REPEATING: dict[tuple, pa.Array] = {}
 _REPEATING_MAX = 512          # kept arrays at most (a loop whose steps differ clears and refills)
 _REPEATING_MAX_ROWS = 1024    # longer columns are built each time (hashing costs as much)
