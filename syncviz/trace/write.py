@@ -66,10 +66,10 @@ def events_to_batch(columns: Mapping[str, Iterable]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=S.EVENT_SCHEMA)
 
 
-WRITE_BUFFER_BYTES = 1 << 20
+WRITE_BUFFER_BYTES = 1 << 20   # a step's batch is far smaller (a 1,200-parameter model: ~60 kB)
 # The event columns whose values change from step to step in a steady training loop (write_repeating)
 TIME_COLUMNS = ("step", "start_ns", "end_ns", "ready_ns", "launch_ns")
-TEMPLATES_MAX = 64            # kept step messages per rank (a loop whose steps all differ clears and refills)   # a step's batch is far smaller (a 1,200-parameter model: ~60 kB)
+TEMPLATES_MAX = 64            # kept step messages per rank (a loop whose steps all differ clears and refills)
 
 
 class RankWriter:
