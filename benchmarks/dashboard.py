@@ -300,7 +300,11 @@ def main(argv=None) -> int:
         load_before = os.getloadavg()[0]
         cpu0 = cpu_seconds(server.pid)
         driver.get(url)
-        cold_ms = wait_drawn(driver, None)
+        try:
+            cold_ms = wait_drawn(driver, None)
+        except TimeoutError as e:     # e.g. a big run whose cache is stale: the page says what to do
+            said = " ".join(driver.find_element("tag name", "body").text.split())
+            raise SystemExit(f"benchmarks/dashboard.py: {e}; the page shows: {said[:400]}") from None
         start = first_drawn(driver)
         cold_cpu = cpu_seconds(server.pid) - cpu0
         cold_server = [t for t in last_callback_timing(driver, 0) if t is not None]
