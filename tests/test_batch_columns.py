@@ -167,18 +167,27 @@ def test_written_steps_are_the_bytes_of_the_built_batches(tmp_path, monkeypatch,
     """RankWriter.write_repeating (a steady loop's steps written as the kept message with new
     times) writes the very bytes pyarrow's stream writer writes for each built batch: steps of
     three shapes interleaved (a template hit after a miss of another shape), the template store
-    cleared when full (templates_max 2 < 3 shapes), gradient-ready rows as arrays (1,200
-    parameters: no template) between them. A rank's file read while it is still open has every
-    step written."""
+    cleared when full (templates_max 2 < 3 shapes), and steps whose gradient-ready rows are arrays
+    (1,200 parameters) among them, three of one shape (hits: their key holds the rows' parameter
+    and micro-step arrays) and one whose rows came in another order. A rank's file read while it
+    is still open has every step written."""
     from syncviz.trace import write as W
     monkeypatch.setattr(W, "TEMPLATES_MAX", templates_max)
     fast, slow = W.RankWriter(tmp_path / "fast", 0), W.RankWriter(tmp_path / "slow", 0)
     steps = list(_steady_steps(14))
-    steps[9:9] = list(_steady_steps(1, nparams=1200))
+    grads = list(_steady_steps(3, shapes=1, nparams=1200))
+    shuffled = next(_steady_steps(1, shapes=1, nparams=1200))
+    shuffled.block[0].param[:] = shuffled.block[0].param[::-1].copy()    # same rows, another hook order
+    steps[9:9] = grads[:2]
+    steps[4:4] = [shuffled]
+    steps.append(grads[2])
+    written = []
+    monkeypatch.setattr(W, "_write_all", lambda fd, data, real=W._write_all: (written.append(len(data)), real(fd, data)))
     for cols in steps:
         cols.write_to(fast)
         slow.write_step(cols.to_batch())
     assert fast._templates, "no step was written from a template"
+    assert sum(n > 50_000 for n in written) >= (2 if templates_max > 2 else 1), "no gradient-array step from a template"
     assert len(fast._templates) <= templates_max
     from syncviz.trace.streams import read_bytes, stream_batches
     open_batches, problem = stream_batches(fast.path, read_bytes(fast.path))
