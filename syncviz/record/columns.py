@@ -146,9 +146,10 @@ class StepColumns(dict):
         return pa.RecordBatch.from_arrays(arrays, schema=S.EVENT_SCHEMA)
 
     def write_to(self, writer) -> None:
-        """Write the step's batch to ``writer`` (trace.RankWriter). A step of a few dozen rows
-        goes through RankWriter.write_repeating, keyed by its non-time columns: in a steady loop
-        every step after the first of its shape is the kept stream message with new times."""
+        """Write the step's batch to ``writer`` (trace.RankWriter). A step of up to
+        _REPEATING_MAX_ROWS rows besides its gradient-ready arrays goes through
+        RankWriter.write_repeating, keyed by its non-time columns: in a steady loop every step
+        after the first of its shape is the kept stream message with new times."""
         if len(self["step"]) > _REPEATING_MAX_ROWS or (self.block is None and self._grad):
             writer.write_step(self.to_batch())
             return
