@@ -75,7 +75,7 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
     if starts:
         add(S.STEP, "step", step_start if step_start is not None else min(starts), max(ends))
     cols = {c: list(v) for c, v in zip(S.EVENT_COLUMNS, zip(*rows))} if rows else {c: [] for c in S.EVENT_COLUMNS}
-    return StepColumns(cols, None, len(phases), block=(grads, step, param_name, param_names) if grads.n else None)
+    return StepColumns(cols, len(phases), block=(grads, step, param_name, param_names) if grads.n else None)
 
 
 _START, _END = S.EVENT_COLUMNS.index("start_ns"), S.EVENT_COLUMNS.index("end_ns")

@@ -81,10 +81,19 @@ class GradBlock:
         idx = idx[(idx >= 0) & (idx < len(latest))]
         return max(int(latest[idx].max()), best) if len(idx) else best
 
+    def time_rows(self, step: int) -> np.ndarray:
+        """The rows' TIME_COLUMNS as int64, shape (5, n): the step, the ready time as start and
+        end, no ready or launch time (StepColumns.write_to writes only these for a kept shape)."""
+        rows = np.empty((len(_TIME_COLUMNS), self.n), dtype=np.int64)
+        for i, c in enumerate(_TIME_COLUMNS):
+            rows[i] = step if c == "step" else self.t if c in ("start_ns", "end_ns") else S.EVENT_DEFAULTS[c]
+        return rows
+
     def columns(self, step: int, param_name, names: pa.Array | None = None) -> dict[str, pa.Array | np.ndarray]:
         """Every event column of the rows (numpy for numbers, Arrow for strings). ``names``: every
         parameter's name by index, when the caller keeps them as an array (the recorder does)."""
         n = self.n
+        times = self.time_rows(step)
         if names is not None and self.param.min() >= 0 and self.param.max() < len(names):
             names = names.take(pa.array(self.param))
         else:
@@ -93,10 +102,8 @@ class GradBlock:
         out: dict[str, pa.Array | np.ndarray] = {}
         for fld in S.EVENT_SCHEMA:
             c = fld.name
-            if c in ("start_ns", "end_ns"):
-                out[c] = self.t
-            elif c == "step":
-                out[c] = np.full(n, step, dtype=np.int64)
+            if c in _TIME_INDEX:
+                out[c] = times[_TIME_INDEX[c]]
             elif c == "micro":
                 out[c] = np.maximum(self.micro, 0).astype(np.int32)
             elif c == "kind":
@@ -111,16 +118,16 @@ class GradBlock:
 
 
 class StepColumns(dict):
-    """A step's columns (name → list) except its gradient-ready rows, which stay arrays in
-    ``grad`` and go after the first ``grad_at`` rows (the phases), where the row-by-row build put
-    them. The lists stay mutable: CUDA times and late ends are patched into them in place."""
+    """A step's columns (name → list) except its gradient-ready rows, which stay a GradBlock
+    (``block``: (GradBlock, step, param_name, param_names)) and go after the first ``grad_at`` rows
+    (the phases), where the row-by-row build put them. Their columns (``grad``) are made when first
+    needed: a steady loop's step written from a kept message never needs them (write_to). The
+    lists stay mutable: CUDA times and late ends are patched into them in place."""
 
-    def __init__(self, cols: dict[str, list], grad: dict | None = None, grad_at: int = 0, block=None):
+    def __init__(self, cols: dict[str, list], grad_at: int = 0, block: tuple | None = None):
         super().__init__(cols)
-        self._grad, self.grad_at = grad, grad_at
-        # (GradBlock, step, param_name, param_names): ``grad`` made from it when first needed. A
-        # steady loop's step written from a kept message never needs it (write_to).
-        self.block = block
+        self.grad_at, self.block = grad_at, block
+        self._grad: dict | None = None
 
     @property
     def grad(self) -> dict | None:
@@ -150,7 +157,7 @@ class StepColumns(dict):
         _REPEATING_MAX_ROWS rows besides its gradient-ready arrays goes through
         RankWriter.write_repeating, keyed by its non-time columns: in a steady loop every step
         after the first of its shape is the kept stream message with new times."""
-        if len(self["step"]) > _REPEATING_MAX_ROWS or (self.block is None and self._grad):
+        if len(self["step"]) > _REPEATING_MAX_ROWS:
             writer.write_step(self.to_batch())
             return
         key = tuple([tuple(self[c]) for c in _STATIC_COLUMNS])
@@ -162,13 +169,10 @@ class StepColumns(dict):
         # each row is (its name) and its micro-step, in hook order, so those two arrays' bytes
         # join the key. many-params (1,200 parameters): making the rows' Arrow columns and
         # writing the ~60 kB batch was ~0.6 ms of rank 0's CPU a 34 ms step (py-spy, 250 Hz).
-        block, step = self.block[0], self.block[1]
+        block, step, *_ = self.block
         key = (key, self.grad_at, block.param.tobytes(), block.micro.tobytes())
         at = self.grad_at
-        rows = np.empty((len(_TIME_COLUMNS), block.n), dtype=np.int64)
-        for i, c in enumerate(_TIME_COLUMNS):
-            rows[i] = step if c == "step" else block.t if c in ("start_ns", "end_ns") else S.EVENT_DEFAULTS[c]
-        times = np.concatenate([times[:, :at], rows, times[:, at:]], axis=1)
+        times = np.concatenate([times[:, :at], block.time_rows(step), times[:, at:]], axis=1)
         writer.write_repeating(key, times, self.to_batch)
 
     def _rows_batch(self, times: np.ndarray | None = None) -> pa.RecordBatch:
