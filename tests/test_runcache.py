@@ -163,6 +163,47 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     assert not warm._opened and warm.summary() == cold.summary()
 
 
+@pytest.mark.parametrize("src", ["tests/data/ddp-2rank", "tests/data/zero2", "tests/data/straggler",
+                                 "tests/data/truncated-rank", "traces/sim-gpt2-medium-128"])
+def test_summary_prints_the_same_report_from_the_cache(tmp_path, src):
+    """`syncviz summary` a second time prints from what the first kept, byte for byte what a fresh
+    summary prints, and says so on stderr; --fresh, and any change to the files, summarize again."""
+    import subprocess
+    import sys
+    run = fresh_copy(ROOT / src, tmp_path / "run")
+
+    def summary(*extra):
+        p = subprocess.run([sys.executable, "-m", "syncviz", "summary", str(run), *extra],
+                           capture_output=True, text=True, check=True)
+        return p.stdout, "printed from" in p.stderr
+
+    computed, cached = summary()
+    assert not cached and (run / RC.CACHE_DIR / f"{RC.REPORT_KEY}-bucket_table.json").exists()
+    again, cached = summary()
+    assert cached and again == computed and "Verdict:" in again
+    assert summary("--fresh") == (computed, False)
+    os.utime(run / "rank-0.arrow", ns=(1, 1))       # the same bytes, another file: summarized again
+    assert summary() == (computed, False)
+    assert summary()[1]
+    # --json always summarizes (a row per bucket event is not kept)
+    assert json.loads(subprocess.run([sys.executable, "-m", "syncviz", "summary", "--json", str(run)],
+                                     capture_output=True, text=True, check=True).stdout)["steps_table"]
+
+
+def test_kept_report_needs_every_table(tmp_path):
+    from syncviz.analysis.partitioned import summarize
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    sig = RC.signature(run)
+    tables = summarize(run, jobs=1)
+    assert RC.put_summary(run, tables, sig)
+    kept = RC.kept_report(run, sig)
+    for name in RC.REPORT_TABLES:
+        same(getattr(kept, name), getattr(tables, name), name)
+    same(kept.summary, tables.summary, "summary")
+    (run / RC.CACHE_DIR / f"{RC.REPORT_KEY}-collective_table.json").unlink()
+    assert RC.kept_report(run, sig) is None
+
+
 def test_summary_keeps_nothing_for_files_that_changed_meanwhile(tmp_path):
     from syncviz.analysis.partitioned import summarize
     run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")

@@ -97,11 +97,44 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("rank_skew", tables.rank_skew)
     if tables.replay is not None:        # the Replay draws a step from the drawn ranks' events alone
         put_replay(cache, tables.replay)
+    # the rest of what `syncviz summary` prints: it prints from the cache next time (kept_report).
+    # A table without columns (none of that kind of row) is kept as a mark: Parquet gives its index back
+    # as another type.
+    for name in REPORT_TABLES:
+        frame = getattr(tables, name)
+        cache.put(f"{REPORT_KEY}-{name}", frame if frame.shape[1] else {"no_columns": True})
     # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
     return all(kept) and cache.put("facts", tables.facts)
 
 
 REPLAY_KEYS = ("joined", "step_origin", "step_lateness")
+REPORT_KEY = "report"
+REPORT_TABLES = ("step_table", "bucket_table", "collective_table", "offload")
+
+
+def kept_report(run_dir: str | os.PathLike, sig: tuple):
+    """The partitioned summary's tables (analysis.partitioned.SummaryTables) as put_summary kept
+    them for exactly these files and this syncviz: what ``syncviz summary`` prints, read back instead
+    of computed again (the 10^8-event run: ~1 s against ~60 s). ``steps`` holds the step_metrics rows
+    in step order (as the dashboard keeps them), ``bucket_json`` nothing (``--json`` summarizes
+    again). None when anything is missing."""
+    from syncviz.analysis.partitioned import SummaryTables
+    from syncviz.trace import read as R
+    from syncviz.trace import validate as V
+    run_dir = Path(run_dir)
+    cache = RunCache(run_dir, sig)
+    summary, steps, facts = (cache.get(k) for k in ("summary", "steps", "facts"))
+    report = [cache.get(f"{REPORT_KEY}-{name}") for name in REPORT_TABLES]
+    if any(x is None for x in [summary, steps, facts, *report]):
+        return None
+    step_table, bucket_table, collective_table, offload = (pd.DataFrame() if isinstance(t, dict) else t for t in report)
+    meta = R.read_meta(run_dir)
+    V.check_meta(meta, list(R.rank_files(run_dir)))   # drops what summarize dropped (its problems are kept)
+    layouts, _ = R.load_layouts(run_dir)
+    return SummaryTables(path=run_dir, meta=meta, layouts=layouts, problems=list(summary["problems"]),
+                         summary=summary, steps=steps, step_table=step_table, bucket_table=bucket_table,
+                         collective_table=collective_table, offload=offload,
+                         incomplete_ranks=list(facts.get("incomplete_ranks", [])), facts=facts)
 
 
 def put_replay(cache: "RunCache", replay: dict) -> bool:

@@ -198,7 +198,11 @@ def write_json(run: Run | SummaryTables, out=None) -> None:
 @click.option("--scratch", type=click.Path(file_okay=False), default=None,
               help="Directory for the summary's scratch files (a few MB per partition) [system temp dir]; with a remote "
               "--dask cluster, one every worker can write to.")
-def summary_command(run, as_json, jobs, whole, dask_address, scratch):
+@click.option("--fresh", is_flag=True, help="Summarize the rank files again even where the run's cache "
+              "(.syncviz-cache, left by `syncviz trace` or an earlier summary) holds the report for exactly these "
+              "files and this syncviz. Without it (and without --json or --dask) such a report is printed from the cache, "
+              "with a line on stderr saying so.")
+def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=False):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
     if whole:
         r = load_run(run)
@@ -214,6 +218,13 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch):
         from syncviz.trace.read import read_meta
         read_meta(run)              # a wrong path is one line (before any cluster starts)
         sig = RC.signature(Path(run))
+        # a kept report, unless asked to compute (--json's bucket rows are not kept; --dask names where to)
+        kept = None if as_json or fresh or dask_address is not None else RC.kept_report(run, sig)
+        if kept is not None:
+            click.echo(f"syncviz summary: printed from {Path(run) / RC.CACHE_DIR}, kept for exactly these files "
+                       "(--fresh summarizes them again)", err=True)
+            print_summary(kept)
+            return
         with contextlib.ExitStack() as stack:
             # --json: the workers write the bucket rows as JSON text here (a place they all reach)
             json_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-json-", dir=scratch)) \
