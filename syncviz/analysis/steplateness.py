@@ -37,6 +37,16 @@ def _table(late: pd.DataFrame) -> pa.Table:
     return pa.Table.from_pydict({c: late[c].to_numpy() for c in LATENESS_COLUMNS[:-1]} | {"label": label}, schema=_SCHEMA)
 
 
+# Each batch's buffers compressed and decompressed in this thread: a step's batch is ~2,000 rows, and
+# handing its six buffers to Arrow's thread pool took longer than LZ4 itself. The 10^8 run's Replay
+# reads a step (a batch of each of 128 pieces) in 11.1-11.9 ms without, 23-25 ms with (median of 30
+# steps, three times each); one partition's piece is written in 12.5-14.8 ms against 36.8 ms and read
+# back in 8.4-9.2 against 26.4-27.1 ms, the same bytes either way (in the summary, with both cores
+# busy, this wall time was waiting, not CPU: the 10^8 summary's total did not change).
+_WRITE = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+_READ = pa.ipc.IpcReadOptions(use_threads=False)
+
+
 class NotKept(Exception):
     """A piece did not read back equal: the run's kept lateness would miss these ranks, so none is kept."""
 
@@ -56,7 +66,7 @@ def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
     keys, lo = np.unique(steps, return_index=True)
     hi = np.r_[lo[1:], len(steps)]
     table = table.combine_chunks()        # one chunk, one dictionary: a slice is one batch
-    with pa.ipc.new_file(path, _SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
+    with pa.ipc.new_file(path, _SCHEMA, options=_WRITE) as w:
         for a, b in zip(lo, hi):
             w.write_batch(table.slice(int(a), int(b - a)).to_batches()[0])
     if not read_back(path).equals(table):
@@ -68,7 +78,7 @@ def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
 def read_back(path: Path) -> pa.Table:
     """A whole piece, as write_piece checks it (read into memory: nothing refers to the file after)."""
     with pa.OSFile(str(path)) as f:
-        return pa.ipc.open_file(f).read_all()
+        return pa.ipc.open_file(f, options=_READ).read_all()
 
 
 class KeptLateness:
@@ -83,7 +93,7 @@ class KeptLateness:
 
     def _file(self, name: str) -> pa.ipc.RecordBatchFileReader:
         if name not in self._files:
-            self._files[name] = pa.ipc.open_file(pa.memory_map(str(self.folder / name)))
+            self._files[name] = pa.ipc.open_file(pa.memory_map(str(self.folder / name)), options=_READ)
         return self._files[name]
 
     def step(self, step: int) -> pd.DataFrame:
