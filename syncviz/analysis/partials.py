@@ -45,8 +45,8 @@ def reduce_events(parts: list) -> pd.DataFrame | None:
         a = parts[0]
         return pd.DataFrame({"min": np.minimum.reduce([p["min"].to_numpy() for p in parts]),
                              "max": np.maximum.reduce([p["max"].to_numpy() for p in parts]),
-                             "size": np.add.reduce([p["size"].to_numpy() for p in parts]), "op": a["op"].to_numpy()},
-                            index=a.index)
+                             "size": np.add.reduce([p["size"].to_numpy() for p in parts]), "op": a["op"].array},
+                            index=a.index, copy=False)   # op as it is: to_numpy and back took 7.8 ms a fold
     g = pd.concat(parts).groupby(level=list(range(len(Q.EVENT_KEY))), sort=True)
     # parts in rank order (partitions are consecutive ranks, folded in order): "first" is the lowest rank's op
     return pd.DataFrame({"min": g["min"].min(), "max": g["max"].max(), "size": g["size"].sum(), "op": g["op"].first()})
