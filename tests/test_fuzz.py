@@ -26,7 +26,7 @@ from syncviz.cli import main
 
 # The slow readers (rich tables, HTML with plotly, TensorBoard event files, advise's simulations:
 # up to ~10 s per run on a loaded 2-core machine) see these cases; the others see all of them.
-SLOW = ("summary", "tensorboard", "html", "advise")
+SLOW = ("summary", "summary-fresh", "tensorboard", "html", "advise")
 SLOW_ALWAYS = ("undamaged", "time-2^62", "world-two", "world-10^10", "world-negative", "duplicate-step-batch-2",
                "missing-column-bytes", "model-list", "ddp-string", "param-shapes-garbage", "finished-false",
                "rank1-garbage", "layout-garbage", "end-before-start")
@@ -47,7 +47,10 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 def commands(d, tmp):
     tmp.mkdir(parents=True, exist_ok=True)
     return {
+        # the fixture's `summary --json` kept the report where the run allowed it: "summary" prints
+        # from that (views/runcache.kept_report), "summary-fresh" computes it again
         "summary": ["summary", str(d)],
+        "summary-fresh": ["summary", "--fresh", str(d)],
         "summary-json": ["summary", "--json", str(d)],
         "compare": ["compare", str(d)],
         "tensorboard": ["export", "tensorboard", str(d), "--logdir", str(tmp / "tb")],
@@ -91,7 +94,7 @@ def dashboard_outcome(root, name) -> str:
 
 
 pytestmark = pytest.mark.slow     # ~90 runs x 9 readers: minutes on a shared 2-core machine
-READERS = ("summary-json", "summary", "compare", "tensorboard", "perfetto", "html", "fit", "advise", "dashboard")
+READERS = ("summary-json", "summary", "summary-fresh", "compare", "tensorboard", "perfetto", "html", "fit", "advise", "dashboard")
 OUTCOMES: dict[str, dict[str, str]] = {}     # reader -> case -> outcome, printed by the last test
 
 
