@@ -97,12 +97,9 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("rank_skew", tables.rank_skew)
     if tables.replay is not None:        # the Replay draws a step from the drawn ranks' events alone
         put_replay(cache, tables.replay)
-    # the rest of what `syncviz summary` prints: it prints from the cache next time (kept_report).
-    # A table without columns (none of that kind of row) is kept as a mark: Parquet gives its index back
-    # as another type.
+    # the rest of what `syncviz summary` prints: it prints from the cache next time (kept_report)
     for name in REPORT_TABLES:
-        frame = getattr(tables, name)
-        cache.put(f"{REPORT_KEY}-{name}", frame if frame.shape[1] else {"no_columns": True})
+        cache.put(f"{REPORT_KEY}-{name}", getattr(tables, name))
     # facts last: the dashboard takes a run's facts as the sign that the rest is there to read
     return all(kept) and cache.put("facts", tables.facts)
 
@@ -127,7 +124,7 @@ def kept_report(run_dir: str | os.PathLike, sig: tuple):
     report = [cache.get(f"{REPORT_KEY}-{name}") for name in REPORT_TABLES]
     if any(x is None for x in [summary, steps, facts, *report]):
         return None
-    step_table, bucket_table, collective_table, offload = (pd.DataFrame() if isinstance(t, dict) else t for t in report)
+    step_table, bucket_table, collective_table, offload = report
     meta = R.read_meta(run_dir)
     V.check_meta(meta, list(R.rank_files(run_dir)))   # drops what summarize dropped (its problems are kept)
     layouts, _ = R.load_layouts(run_dir)
@@ -208,12 +205,16 @@ def _write_frame(df: pd.DataFrame, path: Path) -> dict:
     column index's name and dtype, go in the spec."""
     plain = df.set_axis([f"c{i}" for i in range(df.shape[1])], axis=1)
     plain.to_parquet(path)     # a RangeIndex is kept as metadata, any other index as columns
-    return {"file": path.name, "columns": df.columns.tolist(), "columns_name": df.columns.name,
-            "columns_dtype": str(df.columns.dtype)}
+    cols = df.columns
+    return {"file": path.name, "columns": cols.tolist(), "columns_name": cols.name, "columns_dtype": str(cols.dtype),
+            # a frame without columns (pd.DataFrame()) has a RangeIndex of them: an empty list gives Index([])
+            "columns_range": [cols.start, cols.stop, cols.step] if isinstance(cols, pd.RangeIndex) else None}
 
 
 def _read_frame(spec: dict, folder: Path) -> pd.DataFrame:
     df = pd.read_parquet(folder / spec["file"])
+    if spec.get("columns_range") is not None:
+        return df.set_axis(pd.RangeIndex(*spec["columns_range"], name=spec["columns_name"]), axis=1)
     cols = pd.Index(spec["columns"], name=spec["columns_name"])
     if len(cols) and str(cols.dtype) != spec["columns_dtype"]:
         cols = cols.astype(spec["columns_dtype"])
