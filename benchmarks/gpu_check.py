@@ -9,7 +9,8 @@ On one GPU it checks, and writes <out>/report.md and <out>/report.json:
                              the NCCL kernels of a torch.profiler trace of the same steps
   crosscheck_gloo_cuda_ws2   the same, 2 ranks on the one GPU with gloo on CUDA tensors
   sync_debug                 no host-device sync inside syncviz's hooks (set_sync_debug_mode("error"))
-  overhead_gpt2_gpu          GPT-2 small: plain vs traced vs torch.profiler, interleaved (≤ 1.02)
+  overhead_gpt2_gpu          GPT-2 small: plain vs traced vs torch.profiler, benchmarks/overhead.py
+                             --device cuda (jobs take turns block by block; ≤ 1.01)
   kernel_bandwidth           Triton flatten_scale vs copy / foreach+cat / cat*s, fp32 bf16 fp16 (≥ 0.85 of copy)
   kernel_block_sweep         the kernel's BLOCK sweep
   engine_nccl_ws1, engine_gloo_cuda_ws2   syncviz.sync (all_reduce, reduce_scatter) vs DDP: equal
@@ -17,6 +18,7 @@ Without a GPU each of those is "skipped: no CUDA device", and self-checks of the
 on the CPU instead (part "cpu" in the report): the cross-check on 2 gloo CPU ranks, the overhead
 harness on a tiny GPT, the kernel and its sweep under the Triton interpreter, the engine vs DDP on
 gloo, and the CUDA tests skipping cleanly. Installs nothing. Exit status 1 if any check failed.
+The report is rewritten after every group, so a run cut off midway keeps what it measured.
 """
 from __future__ import annotations
 
@@ -90,13 +92,18 @@ def main(argv=None) -> int:
                 r.seconds = round(dt / max(len(rs), 1), 1)
                 print(f"  {r.status.upper():4s} {r.id}: {r.reason or _headline(r)}", flush=True)
             results += rs
-    report = _report(results, o, time.perf_counter() - t_all)
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "report.md").write_text(_markdown(report))
+            # written after every group: a run cut off (a lent machine's time limit) keeps what it measured
+            _write(out, _report(results, o, time.perf_counter() - t_all))
+    _write(out, _report(results, o, time.perf_counter() - t_all))
     failed = [r.id for r in results if r.status == "fail"]
     print(f"gpu_check: {len(results)} checks: " + ", ".join(
         f"{sum(r.status == s for r in results)} {s}" for s in STATUSES) + f"; report: {out / 'report.md'}")
     return 1 if failed else 0
+
+
+def _write(out: Path, report: dict) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "report.md").write_text(_markdown(report))
 
 
 def _headline(r: Result) -> str:

@@ -3,6 +3,7 @@ plain torchrun, side by side in one run, with 95% confidence intervals.
 
     python benchmarks/overhead.py                          # every case, every tool, 6 launches x 4 rounds
     python benchmarks/overhead.py --cases short-steps --rounds 40 --launches 8 --tools syncviz
+    python benchmarks/overhead.py --device cuda --cases gpt2-small   # one GPU: 1 rank, NCCL, batch 8x1024
 
 Design, because this 2-core machine is noisy (separate launches, plain against plain, differed by
 0.65x to 1.9x under load, and by up to 22% on a quiet machine):
@@ -46,7 +47,6 @@ from pathlib import Path
 SCRIPT = Path(__file__).with_name("overhead_script.py")
 CASES = ("many-params", "short-steps", "large-buckets", "accumulation", "gpt2-small")
 TOOLS = ("syncviz", "torch.profiler", "traceml")
-RANKS = (0, 1)
 # two-sided 95% Student t quantiles by degrees of freedom (no scipy needed)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -56,19 +56,26 @@ def t95(df: int) -> float:
     return T95.get(df) or T95[max(k for k in T95 if k <= df)] if df >= 1 else float("nan")
 
 
+def ranks(a) -> range:
+    """CPU: 2 gloo ranks; cuda: one rank on the one GPU (NCCL), as a single-GPU user runs DDP."""
+    return range(1 if a.device == "cuda" else 2)
+
+
 def command(tool: str, case: str, a, out: Path, work: Path) -> list[str]:
-    script = [str(SCRIPT), "--case", case, "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out)]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    script = [str(SCRIPT), "--case", case, "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out),
+              "--device", a.device]
+    n = str(len(ranks(a)))
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", n]
     if tool in ("plain", "plain again"):
         return torchrun + script
     if tool == "torch.profiler":
         return torchrun + script + ["--torch-profiler"]
     if tool.startswith("syncviz"):         # "syncviz" or "syncviz@<checkout>" (--compare)
-        return [sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "2", "--quiet",
+        return [sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", n, "--quiet",
                 "--overwrite", "--out", str(work / "syncviz-run")] + script
     if tool == "traceml":
         shutil.rmtree(work / "traceml-logs", ignore_errors=True)
-        return [shutil.which("traceml") or "traceml", "run", str(SCRIPT), "--nproc-per-node", "2", "--mode", "summary",
+        return [shutil.which("traceml") or "traceml", "run", str(SCRIPT), "--nproc-per-node", n, "--mode", "summary",
                 "--logs-dir", str(work / "traceml-logs"), "--args", *script[1:], "--traceml"]
     raise ValueError(tool)
 
@@ -78,12 +85,13 @@ class Job:
 
     def __init__(self, tool: str, case: str, a, work: Path):
         self.tool = tool
+        self.ranks = ranks(a)
         # Every job's folder name has the same length (job0, job1, ...: the start order), so no tool's
         # argv or cwd is longer than another's (a process's layout in memory depends on them).
         self.dir = work
         gate = self.dir / "gate"
         gate.mkdir(parents=True)
-        for r in RANKS:
+        for r in self.ranks:
             os.mkfifo(gate / f"go-{r}")
             os.mkfifo(gate / f"done-{r}")
         self.gate = gate
@@ -97,8 +105,8 @@ class Job:
 
     def connect(self, timeout: float) -> None:
         """Wait until the job finished its warm-up and opened its gates (jobs start in parallel)."""
-        self.done = [os.open(self.gate / f"done-{r}", os.O_RDONLY | os.O_NONBLOCK) for r in RANKS]
-        self.go = [self._open_writer(self.gate / f"go-{r}", timeout) for r in RANKS]
+        self.done = [os.open(self.gate / f"done-{r}", os.O_RDONLY | os.O_NONBLOCK) for r in self.ranks]
+        self.go = [self._open_writer(self.gate / f"go-{r}", timeout) for r in self.ranks]
 
     def _fail(self, what: str):
         self.proc.kill()
@@ -205,12 +213,14 @@ def main():
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {', '.join(TOOLS)}")
     ap.add_argument("--rounds", type=int, default=24, help="measured rounds in all, split over --launches")
     ap.add_argument("--launches", type=int, default=6, help="times every job is started afresh (the interval's unit)")
-    ap.add_argument("--steps", type=int, default=10, help="steps per block (gpt2-small: a tenth, at least 2)")
+    ap.add_argument("--steps", type=int, default=10, help="steps per block (gpt2-small on the CPU: a tenth, at least 2)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900, help="seconds a job may take to start or to run a block")
     ap.add_argument("--compare", metavar="CHECKOUT", help="also trace with the syncviz of another checkout "
                     "(e.g. a `git worktree` of main), side by side: shows what a change did to the overhead")
     ap.add_argument("--json", help="also write every round's figures here")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cpu: 2 gloo ranks, 1 thread each; cuda: 1 rank on the GPU, NCCL, bf16 autocast")
     a = ap.parse_args()
     cases = [c for c in a.cases.split(",") if c]
     tools = [t for t in a.tools.split(",") if t]
@@ -223,6 +233,12 @@ def main():
         if not (Path(a.compare) / "syncviz" / "__init__.py").exists():
             sys.exit(f"overhead: --compare {a.compare}: not a syncviz checkout")
         tools.append("syncviz@" + str(Path(a.compare).resolve()))
+    where = "2 gloo ranks, 1 thread each"
+    if a.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            sys.exit("overhead: --device cuda: no CUDA GPU here")
+        where = f"1 rank on {torch.cuda.get_device_name(0)}, NCCL, bf16 autocast"
     if a.launches < 1 or a.rounds < max(2, a.launches):
         sys.exit("overhead: need --launches >= 1 and --rounds >= max(2, --launches)")
     rng = random.Random(0)
@@ -230,12 +246,13 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             steps = a.steps
-            if case == "gpt2-small":
+            if case == "gpt2-small" and a.device == "cpu":
                 a.steps = max(2, steps // 10)
             results[case] = measure(case, tools, a, Path(tmp), rng)
             a.steps = steps
-    print(f"\n2 gloo ranks, 1 thread each, {a.launches} launches x {a.rounds // a.launches} rounds x {a.steps} "
-          f"measured steps (gpt2-small: {max(2, a.steps // 10)}); ratio = tool / plain of the same round, "
+    small = "" if a.device == "cuda" else f" (gpt2-small: {max(2, a.steps // 10)})"
+    print(f"\n{where}, {a.launches} launches x {a.rounds // a.launches} rounds x {a.steps} "
+          f"measured steps{small}; ratio = tool / plain of the same round, "
           f"geometric mean [95% CI over launches]; load average {os.getloadavg()[0]:.1f}")
     print(f"{'case':14s} {'plain ms':>9s}  {'tool':15s} {'wall ratio':>26s} {'CPU ratio':>26s}")
     for case, per in results.items():
@@ -252,7 +269,8 @@ def main():
             print(f"{case:14s} this syncviz / --compare's: wall {w[0]:.3f} [{w[1]:.3f}, {w[2]:.3f}]   "
                   f"CPU {c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]")
     if a.json:
-        Path(a.json).write_text(json.dumps({"rounds": a.rounds, "launches": a.launches, "steps": a.steps, "results": results}, indent=1))
+        Path(a.json).write_text(json.dumps({"rounds": a.rounds, "launches": a.launches, "steps": a.steps,
+                                            "device": a.device, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

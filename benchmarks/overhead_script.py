@@ -12,11 +12,16 @@ definition only). Each case stresses one thing a profiler's hooks pay for:
 Rank 0 writes the wall time and the process CPU time (all threads, gloo's included) of every
 measured step to --out as JSON. With --gate the script runs one block of --steps each time the
 driver writes "go" to its FIFO and answers "done", so several tools' jobs can stay alive and take
-turns block by block (benchmarks/overhead.py). --torch-profiler records every step with torch.profiler (CPU activities);
---traceml wraps every step in TraceML's trace_step (run it under `traceml run`).
+turns block by block (benchmarks/overhead.py). --torch-profiler records every step with torch.profiler (CPU activities,
+and CUDA's on a GPU); --traceml wraps every step in TraceML's trace_step (run it under `traceml run`).
+
+--device cuda (one rank per GPU, NCCL): the model and batches on the GPU, bf16 autocast and TF32 matmuls
+as a user of a GPU trains, gpt2-small at batch 8 x 1024 tokens (GPT-2's own context); a step's time
+ends at torch.cuda.synchronize() after opt.step(), so the GPU work of the step is inside it.
 """
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import time
@@ -42,7 +47,7 @@ class _LM(nn.Module):
         return self.gpt(*xy)
 
 
-def build(case: str):
+def build(case: str, cuda: bool = False):
     """(model, bucket_cap_mb, micro-batches per step, batch maker)"""
     g = torch.Generator().manual_seed(0)
     if case == "many-params":
@@ -57,7 +62,9 @@ def build(case: str):
     if case == "gpt2-small":
         from syncviz.workloads.gpt import synthetic_batch
         model = _LM()
-        return model, 25, 1, lambda: synthetic_batch(model.cfg, 1, 64, seed=0)
+        # CPU: one short sequence (a 124M step on 1 thread is ~1 s); GPU: batch 8 x 1024 tokens
+        batch, seq = (8, 1024) if cuda else (1, 64)
+        return model, 25, 1, lambda: synthetic_batch(model.cfg, batch, seq, seed=0)
     raise SystemExit(f"overhead_script: unknown case {case!r}; choose from {', '.join(CASES)}")
 
 
@@ -75,19 +82,35 @@ def main():
     ap.add_argument("--out", required=True, help="JSON file for rank 0's step times")
     ap.add_argument("--torch-profiler", action="store_true")
     ap.add_argument("--traceml", action="store_true")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    model, cap, micro, batch = build(a.case)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        torch.backends.cuda.matmul.allow_tf32 = True
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    model, cap, micro, make = build(a.case, cuda)
+    if cuda:
+        dev = torch.device("cuda", torch.cuda.current_device())
+        model = model.to(dev)
+        made = [make() for _ in range(4)]     # made once: a host-to-device copy a step is not the user's cost
+        moved = [tuple(t.to(dev) for t in b) if isinstance(b, tuple) else b.to(dev) for b in made]
+        batch = itertools.cycle(moved).__next__
+    else:
+        batch = make
     ddp = DDP(model, bucket_cap_mb=cap)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     step_ctx = contextlib.nullcontext
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda else contextlib.nullcontext
     if a.traceml:
         import traceml_ai as traceml
         step_ctx = lambda: traceml.trace_step(ddp)  # noqa: E731
     prof = None
     if a.torch_profiler:
-        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]
+                                      + ([torch.profiler.ProfilerActivity.CUDA] if cuda else []))
         prof.start()
     def one_step():
         t, c = time.perf_counter(), time.process_time()
@@ -96,8 +119,12 @@ def main():
             for m in range(micro):
                 ctx = ddp.no_sync() if m < micro - 1 else contextlib.nullcontext()
                 with ctx:
-                    (loss_of(ddp, batch()) / micro).backward()
+                    with amp():
+                        loss = loss_of(ddp, batch()) / micro
+                    loss.backward()
             opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         if prof is not None:
             prof.step()
         return time.perf_counter() - t, time.process_time() - c

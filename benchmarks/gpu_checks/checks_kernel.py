@@ -64,18 +64,30 @@ def _pytest_counts(text: str) -> dict:
     return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", text)}
 
 
+def skips_allowed(pytest_stdout: str, gpus: int) -> tuple[list[str], int]:
+    """(every skip reason pytest -rs printed, how many skipped tests a GPU run may have): with one
+    GPU, the tests that need two (real DataParallel) skip and say so; no other skip is allowed."""
+    skips = re.findall(r"^SKIPPED \[(\d+)\] (\S+?): (.*)$", pytest_stdout, re.M)   # "[count] where: why"
+    allowed = sum(int(n) for n, _, why in skips if gpus < 2 and "needs 2 or more CUDA GPUs" in why)
+    return sorted({f"{where} {why}" for _, where, why in skips}), allowed
+
+
 def cuda_tests(o, log) -> list[Result]:
     """`pytest -m cuda` on the files that have CUDA tests. With a GPU: all pass, none skipped.
     Without: the self-check that every one of them skips cleanly (collects, no error)."""
+    import torch
     files = _cuda_test_files()
     p = run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-rs", "-p", "no:cacheprovider", *files],
             timeout=900, log=log)
     counts = _pytest_counts(p.stdout.splitlines()[-1] if p.stdout.strip() else "")
     figs = {"files": files, **counts}
     if have_cuda():
-        ok = p.returncode == 0 and counts.get("passed", 0) > 0 and not counts.get("skipped")
+        # With one GPU, the tests that need two (real DataParallel) skip, and say so: the only skip allowed
+        figs["skip_reasons"], allowed = skips_allowed(p.stdout, torch.cuda.device_count())
+        ok = p.returncode == 0 and counts.get("passed", 0) > 0 and counts.get("skipped", 0) == allowed
         return [Result("cuda_tests", "pytest -m cuda: every CUDA test passes, none skipped", "gpu",
-                       "pass" if ok else "fail", "" if ok else tail(p, 6), "all passed, 0 skipped", figs)]
+                       "pass" if ok else "fail", "" if ok else tail(p, 6),
+                       "all passed, 0 skipped (with one GPU: only the 2-GPU tests skip)", figs)]
     ok = p.returncode == 0 and counts.get("skipped", 0) > 0 and not counts.get("passed") \
         and not counts.get("failed") and not counts.get("error") and not counts.get("errors")
     return [skipped("cuda_tests", "pytest -m cuda: every CUDA test passes, none skipped", "all passed, 0 skipped"),
