@@ -57,6 +57,8 @@ def parse(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="fewer steps, rounds and repetitions (CPU self-check: a few minutes on 2 cores)")
     ap.add_argument("--only", default="", help=f"comma-separated groups: {', '.join(g for g, *_ in GROUPS)}")
+    ap.add_argument("--overhead-tools", default="syncviz,torch.profiler",
+                    help="tools the GPU overhead check runs beside plain (benchmarks/overhead.py --tools)")
     ap.add_argument("--cpu-self-checks", choices=("auto", "always", "never"), default="auto",
                     help="run the CPU self-checks: auto = only when there is no GPU")
     return ap.parse_args(argv)

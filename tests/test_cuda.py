@@ -21,7 +21,7 @@ def test_single_gpu_nccl_run_has_gpu_side_bucket_times(tmp_path):
         "for _ in range(5):\n"
         "    m(torch.randn(64, 2048, device='cuda')).sum().backward(); opt.step(); opt.zero_grad()\n"
         "dist.destroy_process_group()\n")
-    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", "1", "--out",
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "1", "--out",
                         str(tmp_path / "run"), "--quiet", str(script)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     run = load_run(tmp_path / "run")

@@ -74,7 +74,7 @@ def test_kernel_sweep_correct_at_every_block_on_gpu():
 
 
 def _ddp_run(tmp_path, nproc, backend, *extra):
-    cmd = [sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", str(nproc), "--quiet", "--out",
+    cmd = [sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", str(nproc), "--quiet", "--out",
            str(tmp_path / "run"), str(CHECKS / "ddp_train.py"), str(tmp_path), "--device", "cuda", "--steps", "6",
            "--width", "1024", "--layers", "6", "--batch", "256", "--bucket-cap-mb", "8", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(SYNCVIZ_BACKEND=backend), timeout=600)
@@ -86,7 +86,8 @@ def test_traced_nccl_steps_do_not_synchronize(tmp_path):
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     b = load_run(tmp_path / "run").events.query("kind == 'bucket'")
     assert sorted(b["step"].unique()) == list(range(6))
-    assert (b["end_ns"] > b["launch_ns"]).all() and (b["launch_ns"] >= b["start_ns"]).all()
+    # >=: NCCL on one rank does no device work, so a bucket's two CUDA events can read the same time
+    assert (b["end_ns"] >= b["launch_ns"]).all() and (b["launch_ns"] >= b["start_ns"]).all()
 
 
 @pytest.mark.parametrize("nproc,backend,mode", [(1, "nccl", "nccl"), (2, "gloo", "gloo-cuda")])
@@ -100,11 +101,14 @@ def test_profiler_collectives_pair_one_to_one_with_traced_buckets(tmp_path, npro
     run = load_run(tmp_path / "run")
     assert run.meta["device"] == "cuda"
     m = match.compare(run, tmp_path, mode, first_step=2)
-    assert m["buckets"] > 0 and all(r["buckets"] == r["profiler_intervals"] for r in m["per_rank"]), m
+    if nproc == 1:   # NCCL on one rank runs no kernel: syncviz must measure (almost) nothing
+        assert m["buckets"] > 0 and m.get("one_rank") and m["ok"], m
+    else:
+        assert m["buckets"] > 0 and all(r["buckets"] == r["profiler_intervals"] for r in m["per_rank"]), m
 
 
 def test_engine_equals_ddp_on_cuda(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(CHECKS / "engine_train.py"),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", str(CHECKS / "engine_train.py"),
            str(tmp_path / "e.json"), "--device", "cuda", "--steps", "3"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(SYNCVIZ_BACKEND="nccl"), timeout=600)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
@@ -130,7 +134,7 @@ def test_engine_trace_on_cuda_has_gpu_side_times(tmp_path):
         "    x, y = synthetic_batch(preset('mini'), 4, 64, seed=s)\n"
         "    e(x.cuda(), y.cuda()).backward(); e.optimizer.step(); e.optimizer.zero_grad()\n"
         "dist.destroy_process_group()\n")
-    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", "1", "--quiet", "--out",
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "1", "--quiet", "--out",
                         str(tmp_path / "run"), str(script)], capture_output=True, text=True, env=_env(), timeout=600)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     run = load_run(tmp_path / "run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 from .common import ROOT, Result, have_cuda, run, skipped, tail
 
@@ -77,10 +78,16 @@ def cuda_tests(o, log) -> list[Result]:
     Without: the self-check that every one of them skips cleanly (collects, no error)."""
     import torch
     files = _cuda_test_files()
-    p = run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-rs", "-p", "no:cacheprovider", *files],
+    p = run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-rfEs", "-p", "no:cacheprovider", *files],
             timeout=900, log=log)
     counts = _pytest_counts(p.stdout.splitlines()[-1] if p.stdout.strip() else "")
-    figs = {"files": files, **counts}
+    figs = {"files": files, **counts,
+            "failed_tests": re.findall(r"^(?:FAILED|ERROR) (.*)$", p.stdout, re.M)[:20]}
+    # the whole pytest output beside the report: a failure's traceback is what the next fix needs
+    log_path = Path(o.out) / "cuda_tests.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(p.stdout + "\n" + p.stderr)
+    figs["log"] = str(log_path)
     if have_cuda():
         # With one GPU, the tests that need two (real DataParallel) skip, and say so: the only skip allowed
         figs["skip_reasons"], allowed = skips_allowed(p.stdout, torch.cuda.device_count())

@@ -14,12 +14,13 @@ from .common import ROOT, Result, have_cuda, load_benchmark, run, skipped, tail
 TARGET = "syncviz / plain ≤ 1.01 (wall, geometric mean over launches; issue 17's bound for GPT-2 small)"
 
 
-def measure(device: str, case: str, launches: int, rounds: int, steps: int, warmup: int, log) -> dict:
+def measure(device: str, case: str, launches: int, rounds: int, steps: int, warmup: int, log,
+            tools: str = "syncviz,torch.profiler") -> dict:
     """benchmarks/overhead.py in a child; its JSON turned into ratios with 95% intervals."""
     ob = load_benchmark("overhead")
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, ROOT / "benchmarks" / "overhead.py", "--device", device, "--cases", case,
-               "--tools", "syncviz,torch.profiler", "--launches", launches, "--rounds", rounds,
+               "--tools", tools, "--launches", launches, "--rounds", rounds,
                "--steps", steps, "--warmup", warmup, "--json", f"{tmp}/overhead.json"]
         p = run(cmd, timeout=1200, log=log)
         if p.returncode:
@@ -28,10 +29,16 @@ def measure(device: str, case: str, launches: int, rounds: int, steps: int, warm
     figs = {"case": case, "launches": launches, "rounds": rounds, "steps_per_block": steps,
             "plain_step_ms_median": round(1e3 * statistics.median(w for launch in per["plain"] for w, _ in launch), 2)}
     for tool, key in (("syncviz", "syncviz"), ("torch.profiler", "profiler"), ("plain again", "plain_again")):
+        if tool not in per:
+            continue
         for k, kind in ((0, "wall"), (1, "cpu")):
-            g, lo, hi = ob.nested_interval(ob.ratios(per, tool, "plain", k))
+            by_launch = ob.ratios(per, tool, "plain", k)
+            g, lo, hi = ob.nested_interval(by_launch)
             figs[f"ratio_{key}" if kind == "wall" else f"ratio_{key}_cpu"] = round(g, 4)
             figs[f"ci95_{key}_{kind}"] = [round(lo, 4), round(hi, 4)]
+            if kind == "wall":   # each launch's rounds: where the spread comes from
+                figs[f"rounds_{key}_wall"] = [[round(x, 4) for x in rs] for rs in by_launch]
+    figs["plain_block_ms"] = [[round(1e3 * w, 2) for w, _ in launch] for launch in per["plain"]]
     figs["table"] = p.stdout.strip().splitlines()[-5:]
     return figs
 
@@ -42,7 +49,7 @@ def overhead_gpu(o, log) -> list[Result]:
         return [skipped(id_, title, TARGET)]
     launches, rounds = (3, 9) if o.quick else (6, 24)
     try:
-        f = measure("cuda", "gpt2-small", launches, rounds, 10, 5, log)
+        f = measure("cuda", "gpt2-small", launches, rounds, 10, 5, log, o.overhead_tools)
     except RuntimeError as e:
         return [Result(id_, title, "gpu", "fail", str(e), TARGET)]
     ok = f["ratio_syncviz"] <= 1.01

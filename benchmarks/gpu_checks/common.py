@@ -69,13 +69,15 @@ def run(cmd: list, *, timeout: float, log=None, **extra_env) -> subprocess.Compl
 
 
 def syncviz_trace(nproc: int, out, script_and_args: list) -> list:
-    """The `syncviz trace` command line (torchrun underneath) for a rank script."""
-    return [sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", str(nproc), "--quiet",
+    """The `syncviz trace` command line (torchrun underneath) for a rank script. --standalone: a
+    free port each time, so checks can run side by side (the default 29500 collided on the GPU
+    machine when two groups ran at once)."""
+    return [sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", str(nproc), "--quiet",
             "--overwrite", "--out", str(out), *script_and_args]
 
 
 def torchrun(nproc: int, script_and_args: list) -> list:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *script_and_args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *script_and_args]
 
 
 def tail(p: subprocess.CompletedProcess, n: int = 3) -> str:

@@ -9,6 +9,10 @@ the run's ``clock_zero_ns`` into aligned time.
 
 What the profiler's side of one bucket is, per mode:
 - ``nccl``: the NCCL kernel (name contains "nccl", category "kernel"): start and end on the GPU.
+  NCCL on one rank does no device work for an in-place all-reduce (DDP's): the profile of a world
+  of one held no NCCL kernel at all (H200, NCCL 2.28.9, 16 buckets, 2026-11-27). There the check
+  is that syncviz measures that nothing too: every bucket's GPU interval is at most
+  ``ONE_RANK_MAX_NS`` long, and the profile has no NCCL kernel.
 - ``gloo-cuda``: gloo on CUDA tensors stages through host memory: start = the device-to-host
   copy of the bucket's bytes, end = the host-to-device copy back (its end).
 - ``cpu`` (the self-check on machines without a GPU): start = ``c10d::allreduce_`` (the enqueue),
@@ -24,6 +28,7 @@ from pathlib import Path
 MODES = ("nccl", "gloo-cuda", "cpu")
 TOLERANCE = 0.05        # of the bucket's duration (the issue's target)
 FLOOR_NS = 1000         # CUDA events resolve ~0.5 µs (CUDA docs): below 1 µs nothing is measurable
+ONE_RANK_MAX_NS = 20_000  # two CUDA events back to back on an idle stream, plus the clock mapping's error
 
 
 def _to_clock(run_meta: dict, info: dict, base_ns: int):
@@ -71,6 +76,7 @@ def compare(run, folder, mode: str, first_step: int) -> dict:
         sizes = set(int(x) for x in b["logical_bytes"]) | set(int(x) for x in b["bytes"])
         iv = device_intervals(trace, mode, sizes)
         counts.append((r, len(b), len(iv)))
+        kernels = sum(e.get("cat") == "kernel" for e in trace.get("traceEvents", []))   # the profile saw the GPU
         for (s_us, e_us), row in zip(iv, b.itertuples()):
             # launch_ns: the collective call (start_ns is the DDP hook's entry, before its ×1/N)
             dur = max(row.end_ns - row.launch_ns, 1)
@@ -85,6 +91,9 @@ def compare(run, folder, mode: str, first_step: int) -> dict:
     buckets = sum(c[1] for c in counts)
     out = {"mode": mode, "matched": n, "buckets": buckets,
            "per_rank": [{"rank": r, "buckets": nb, "profiler_intervals": ni} for r, nb, ni in counts]}
+    if mode == "nccl" and len(counts) == 1 and counts[0][2] == 0 and buckets and kernels:
+        out["profiler_kernels"] = kernels
+        return _one_rank(out, ev[(ev["kind"] == "bucket") & (ev["step"] >= first_step)])
     if not n:
         out.update(ok=False, why=f"no {mode} intervals in the profiles to match {buckets} buckets")
         return out
@@ -100,4 +109,16 @@ def compare(run, folder, mode: str, first_step: int) -> dict:
         out["why"] = "bucket and profiler counts differ per rank (paired in time order anyway)"
     elif not within:
         out["why"] = f"median |difference| above {TOLERANCE:.0%} of the bucket duration"
+    return out
+
+
+def _one_rank(out: dict, b) -> dict:
+    """NCCL, world size 1: no device work to match (module docstring); syncviz must measure none."""
+    dur = (b["end_ns"] - b["launch_ns"]).astype("int64")
+    out.update(one_rank=True, bucket_gpu_us_median=round(float(dur.median()) / 1e3, 2),
+               bucket_gpu_us_max=round(float(dur.max()) / 1e3, 2))
+    out["ok"] = bool((dur >= 0).all() and (dur <= ONE_RANK_MAX_NS).all())
+    if not out["ok"]:
+        out["why"] = (f"NCCL on one rank does no device work, but syncviz measured buckets of up to "
+                      f"{out['bucket_gpu_us_max']} µs on the GPU (or a negative one)")
     return out
