@@ -141,3 +141,36 @@ def test_engine_trace_on_cuda_has_gpu_side_times(tmp_path):
     b = run.events.query("kind == 'bucket'")
     assert run.meta["device"] == "cuda" and sorted(b["step"].unique()) == [0, 1, 2, 3]
     assert (b["end_ns"] >= b["launch_ns"]).all() and (b["launch_ns"] >= b["start_ns"]).all()
+
+
+@pytest.mark.parametrize("nproc,backend,config", [(1, "nccl", "default"), (2, "gloo", "default"), (2, "gloo", "view"),
+                                                  (2, "gloo", "accum"), (2, "gloo", "buffers")])
+def test_default_allreduce_on_cuda_timed_without_a_hook(tmp_path, nproc, backend, config):
+    """DDP's own bucket all-reduce on CUDA, timed through the reducer's wrapped group (no comm hook,
+    so no extra 1/N pass over the buckets): training bit for bit the same as plain DDP, every bucket
+    once a step with every gradient byte, GPU-side times from CUDA events."""
+    from syncviz.trace import load_run
+    from syncviz.trace import schema as S
+    script = [str(ROOT / "tests" / "scripts" / "ddp_configs.py"), "--config", config, "--steps", "4", "--device", "cuda"]
+    env = _env(SYNCVIZ_BACKEND=backend)
+    plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                            *script, "--save", str(tmp_path / "plain.pt")], capture_output=True, text=True, env=env, timeout=600)
+    assert plain.returncode == 0, (plain.stdout + plain.stderr)[-3000:]
+    traced = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", str(nproc),
+                             "--quiet", "--out", str(tmp_path / "run"), *script, "--save", str(tmp_path / "traced.pt")],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert traced.returncode == 0, (traced.stdout + traced.stderr)[-3000:]
+    a, b = torch.load(tmp_path / "plain.pt"), torch.load(tmp_path / "traced.pt")
+    for k, v in a["params"].items():            # DDP's fused 1/N, untouched: bit for bit
+        assert torch.equal(v, b["params"][k]), k
+    run = load_run(tmp_path / "run")
+    assert run.meta["device"] == "cuda" and run.meta["ddp"]["comm_hook"] == "default (allreduce, 1/N)"
+    ev = run.events
+    bk = ev[ev["kind"] == S.BUCKET]
+    lay = run.layouts
+    grad_bytes = int(lay[(lay["layout"] == 0) & (lay["rank"] == 0)]["numel"].sum()) * 4
+    assert sorted(bk["step"].unique()) == [0, 1, 2, 3]
+    for (rank, step), f in bk.groupby(["rank", "step"]):
+        assert sorted(f["bucket"]) == list(range(len(f))), (rank, step)
+        assert int(f["bytes"].sum()) == grad_bytes, (rank, step)
+    assert (bk["launch_ns"] == bk["start_ns"]).all() and (bk["end_ns"] >= bk["launch_ns"]).all()

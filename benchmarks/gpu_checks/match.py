@@ -116,7 +116,9 @@ def _one_rank(out: dict, b) -> dict:
     """NCCL, world size 1: no device work to match (module docstring); syncviz must measure none."""
     dur = (b["end_ns"] - b["launch_ns"]).astype("int64")
     out.update(one_rank=True, bucket_gpu_us_median=round(float(dur.median()) / 1e3, 2),
-               bucket_gpu_us_max=round(float(dur.max()) / 1e3, 2))
+               bucket_gpu_us_max=round(float(dur.max()) / 1e3, 2),
+               long_buckets=[[int(s), int(k), round(d / 1e3, 1)] for s, k, d in
+                             zip(b["step"], b["bucket"], dur) if d > ONE_RANK_MAX_NS][:20])   # [step, bucket, µs]
     out["ok"] = bool((dur >= 0).all() and (dur <= ONE_RANK_MAX_NS).all())
     if not out["ok"]:
         out["why"] = (f"NCCL on one rank does no device work, but syncviz measured buckets of up to "

@@ -183,19 +183,23 @@ class _BucketHook:
         call = rec.begin_bucket(index, self._layout, nbytes, t.dtype, self.name)
         call.issued = call.launch     # already scaled by DDP: hook entry and collective call are one
         with rec.profile_range(index, nbytes):
+            if t.is_cuda:             # GPU-side interval, as the comm hook path takes it (its __call__)
+                call.cuda = [timing_event(t.device), None]
             work, row = bucket_all_reduce(rec, t, self.pg, index, opts)
 
-        def done(f, call=call, row=row):
+        def done(f, call=call, row=row, device=t.device):
             call.done = rec.now()
             if row is not None:
                 row.done, row.work = call.done, None
+            if call.cuda is not None:   # a CUDA future's callback runs on streams that wait for the collective
+                call.cuda[1] = timing_event(device)
             return f.value()
         return RG.TimedWork(work, work.get_future().then(done))
 
 
 def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
     """Forward/backward/grad-ready hooks plus every bucket timed: through the reducer's wrapped
-    group (DDP's default all-reduce on CPU) or one comm hook registered at construction; a user's
+    group (DDP's default all-reduce) or one comm hook registered at construction; a user's
     later register_comm_hook becomes that hook's target (registered then, on the CPU path)."""
     if getattr(ddp, "_syncviz_hook", None) is not None:
         return ddp

@@ -69,12 +69,13 @@ class TimedWork(dist.Work):
 
 
 def usable(ddp: torch.nn.Module) -> bool:
-    """DDP models whose buckets this path times: CPU (gloo) ones without sparse gradients. On CUDA
-    the comm hook path stays (its CUDA-event timing is tested on a GPU machine; this path has not
-    been). Sparse gradients (``nn.Embedding(sparse=True)``, found as DDP finds them): the reducer's
+    """DDP models whose buckets this path times: CPU and CUDA ones without sparse gradients (on CUDA
+    the bucket's GPU interval comes from CUDA events, as on the comm hook path; checked on an H200,
+    NCCL with one rank and gloo with two: tests/test_cuda_path.py). Sparse gradients
+    (``nn.Embedding(sparse=True)``, found as DDP finds them): the reducer's
     ``_get_zeros_like_grad_buckets`` raises on their buckets, so the layouts could not be read."""
     pg = getattr(ddp, "process_group", None)
-    return (getattr(ddp, "device_type", None) == "cpu" and pg is not None and hasattr(ddp, "reducer")
+    return (getattr(ddp, "device_type", None) in ("cpu", "cuda") and pg is not None and hasattr(ddp, "reducer")
             and hasattr(ddp.reducer, "_update_process_group") and hasattr(ddp.reducer, "_get_zeros_like_grad_buckets")
             and not _sparse_gradients(ddp.module))
 
