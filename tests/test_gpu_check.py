@@ -90,3 +90,19 @@ def test_one_gpu_allows_only_the_two_gpu_skips():
     assert allowed == 2 and len(reasons) == 2          # 3 skipped, 2 allowed: the check fails
     assert ck.skips_allowed(out, gpus=2)[1] == 0       # with two GPUs nothing may skip
     assert ck.skips_allowed("3 passed\n", gpus=1) == ([], 0)
+
+
+def test_one_rank_nccl_judges_the_typical_bucket_and_lists_the_tail():
+    """NCCL on one rank runs no kernel: the typical bucket must measure ~nothing; the tail is listed."""
+    import pandas as pd
+    from benchload import gpu_checks
+    match = gpu_checks("match")
+
+    def rows(durs_us):
+        launch = [1_000_000 * i for i in range(len(durs_us))]
+        return pd.DataFrame({"step": [2] * len(durs_us), "bucket": range(len(durs_us)), "launch_ns": launch,
+                             "end_ns": [t + round(d * 1e3) for t, d in zip(launch, durs_us)]})
+    ok = match._one_rank({}, rows([3.0, 4.0, 5.0, 225.5]))
+    assert ok["ok"] and ok["bucket_gpu_us_median"] == 4.5 and ok["long_buckets"] == [[2, 3, 225.5]]
+    assert not match._one_rank({}, rows([30.0, 40.0, 50.0]))["ok"]          # 40 µs typical: measured time that is not there
+    assert not match._one_rank({}, rows([3.0, -1.0, 4.0]))["ok"]            # an end before its start
