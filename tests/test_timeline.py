@@ -201,3 +201,27 @@ def test_many_bars_are_drawn_with_webgl(tmp_path, monkeypatch):
     assert sum(len(t["x"]) for t in hover) == sum(len(t["x"]) for t in svg["data"] if t["meta"]["role"] == "bar")
     monkeypatch.setattr(VT, "GL_BARS", n_bars)
     assert {t["type"] for t in timeline_figure(comp, comm, exp, **args)["data"]} <= {"bar", "scatter"}
+
+
+def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():
+    """Above MAX_HEAT_ROWS ranks a heatmap row holds k ranks (named "first–last") and their latest
+    launch: the straggler stays the hot row, in the row that holds it; fewer ranks keep a row each."""
+    from syncviz.dashboard.figures.timeline import MAX_HEAT_ROWS
+
+    def late(n, slow):
+        f = pd.DataFrame({"rank": np.repeat(np.arange(n), 3), "step": 1, "micro": 0, "bucket": np.tile([0, 1, 2], n),
+                          "late_ns": np.tile([0, 250_000, 500_000], n)})
+        f.loc[f["rank"] == slow, "late_ns"] += 5_000_000
+        return f
+    fig = lateness_figure(late(1024, 517), "lateness")
+    tr = fig["data"][0]
+    assert len(tr["y"]) == 256 and tr["y"][:2] == ["0–3", "4–7"] and tr["y"][-1] == "1020–1023"
+    hot = np.argwhere(tr["z"] >= 5.0)
+    assert hot[:, 0].tolist() == [129, 129, 129] and tr["y"][129] == "516–519"
+    assert tr["z"][129].tolist() == [5.0, 5.25, 5.5] and tr["z"][0].tolist() == [0.0, 0.25, 0.5]
+    assert "a row per 4 ranks" in fig["layout"]["title"]["text"] and tr["hovertemplate"].startswith("ranks %{y}")
+    assert fig["layout"]["yaxis"]["type"] == "category"
+    # an odd count: the last row holds what is left
+    assert lateness_figure(late(MAX_HEAT_ROWS + 1, 0))["data"][0]["y"][-1] == f"{MAX_HEAT_ROWS}–{MAX_HEAT_ROWS}"
+    few = lateness_figure(late(MAX_HEAT_ROWS, 7))["data"][0]          # a row a rank: as before
+    assert len(few["y"]) == MAX_HEAT_ROWS and few["z"][7].max() == 5.5 and few["hovertemplate"].startswith("rank %{y}")

@@ -17,14 +17,31 @@ COMPUTE_COLORS = P.PHASE
 EXPOSED_COLOR = P.EXPOSED
 
 
+MAX_HEAT_ROWS = 300
+"""Rows of the lateness heatmap at most. It is at most 700 px tall, so above ~300 ranks a rank had
+under 2 px and the browser could not show them apart anyway; more ranks are binned, a row per k
+ranks holding the latest of them (the straggler stays the hot row). At 1,024 ranks (k = 4) this
+took the heatmap's JSON from 1.68 MB to 0.43 MB a step change, and its redraw in headless Chromium
+from 66 to 38 ms (medians of 15 step changes each way, alternated; benchmarks/scale.py's run of
+10^8 events, session 17). The whole change drawn moved within its noise (367 → 359 ms): most of it
+is the response (~130 ms) and the browser painting the WebGL timeline (~125 ms, software GL)."""
+
+
 def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     """Rank × bucket heatmap of launch lateness (analysis.sync_lateness) for one step, in ms: the
-    straggler is the hot row. A step without buckets (ZeRO-3, FSDP) has a column per collective."""
+    straggler is the hot row. A step without buckets (ZeRO-3, FSDP) has a column per collective.
+    Above MAX_HEAT_ROWS ranks a row holds k ranks ("512–515"), the latest of them."""
     if not len(lateness):
         return empty_figure("no collectives in this step")
     # rank × bucket grid (max over micro-steps), filled with numpy: pivot_table costs ~20 ms here,
     # and np.unique's sorts and np.maximum.at ~25 ms at 1,024 ranks × 243 collectives (session 10).
     ranks, r_idx = _codes(lateness["rank"].to_numpy())
+    k = -(-len(ranks) // MAX_HEAT_ROWS)          # ranks per row
+    rows: np.ndarray | list = ranks
+    if k > 1:
+        r_idx = r_idx // k
+        last = ranks[np.minimum(np.arange(k - 1, len(ranks) + k - 1, k), len(ranks) - 1)]
+        rows = [f"{a}–{b}" for a, b in zip(ranks[::k].tolist(), last.tolist())]
     buckets, b_idx = _codes(lateness["bucket"].to_numpy())
     first = lateness.drop_duplicates("bucket").set_index("bucket")["label"] if "label" in lateness else None
     # labelled: any row has a label. A step's columns each carry one label (all buckets: "", or all
@@ -33,10 +50,15 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     labelled = first is not None and ((first != "").any() or (lateness["label"] != "").any())
     what = "collective" if labelled else "bucket"
     title = title.replace("{what}", what)
-    z = _max_grid(r_idx, b_idx, lateness["late_ns"].to_numpy(dtype=float) / 1e6, (len(ranks), len(buckets)))
+    z = _max_grid(r_idx, b_idx, lateness["late_ns"].to_numpy(dtype=float) / 1e6, (len(rows), len(buckets)))
     z[np.isinf(z)] = np.nan      # a gap in the heatmap (null in its JSON)
     yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
-    if len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
+    who, when = "rank", "launched"
+    if k > 1:
+        yaxis.update(title={"text": f"ranks, {k} a row"}, type="category")
+        who, when = "ranks", "the latest launched"
+        title += f" · a row per {k} ranks: the latest of them"
+    elif len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks])
     xaxis = {"title": {"text": what if not labelled else "collective, in order of first launch"}}
     x = buckets.tolist()
@@ -48,19 +70,19 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
             xaxis.update(tickmode="array", tickvals=x[::k], ticktext=[str(b) for b in buckets[::k]])
     elif len(buckets) <= 40:
         xaxis.update(tickmode="array", tickvals=x, ticktext=[str(b) for b in x])
-    height = int(min(700, max(260, 140 + 8 * len(ranks))))
+    height = int(min(700, max(260, 140 + 8 * len(rows))))
     # The hover names the column by its x: a name per cell (customdata) was half of the 7.2 MB this
     # figure took for one step of the 1,024-rank run (benchmarks/scale.py's 10^8-event run).
     # z and y stay numpy arrays: Dash's JSON (plotly's, with orjson) falls back to walking every
     # element when a response holds components (the Replay's cards), and a 1,024 × 243 z as lists
     # cost ~150 ms of that walk per step change; arrays are passed to orjson whole (session 10).
     return {"data": [{"type": "heatmap", "z": z, "x": x,
-                      "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
+                      "y": rows, "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
-                      "hovertemplate": (f"rank %{{y}} · {what} %{{x}}<br>launched %{{z:.2f}} ms after the first rank"
+                      "hovertemplate": (f"{who} %{{y}} · {what} %{{x}}<br>{when} %{{z:.2f}} ms after the first rank"
                                         "<extra></extra>")}],
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
-                       "height": height, "margin": {"l": 70, "r": 20, "t": 50, "b": 50},
+                       "height": height, "margin": {"l": 70 if k == 1 else 100, "r": 20, "t": 50, "b": 50},
                        "xaxis": xaxis, "yaxis": yaxis}}
 
 
