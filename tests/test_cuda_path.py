@@ -174,3 +174,42 @@ def test_default_allreduce_on_cuda_timed_without_a_hook(tmp_path, nproc, backend
         assert sorted(f["bucket"]) == list(range(len(f))), (rank, step)
         assert int(f["bytes"].sum()) == grad_bytes, (rank, step)
     assert (bk["launch_ns"] == bk["start_ns"]).all() and (bk["end_ns"] >= bk["launch_ns"]).all()
+
+
+def test_collectives_outside_buckets_get_gpu_side_times(tmp_path):
+    """torch.distributed collectives a script issues itself (as ZeRO and FSDP2 do) on CUDA: their
+    rows get CUDA-event times, not the enqueue. The GPU is kept busy ~100 ms (torch.cuda._sleep)
+    before each, so a row timed on the host would start right after backward; timed on the GPU it
+    starts after the sleep. Synchronous, async-and-waited, and all_gather_into_tensor calls."""
+    from syncviz.trace import load_run
+    from syncviz.trace import schema as S
+    script = tmp_path / "own_collectives.py"
+    script.write_text(
+        "import torch, torch.distributed as dist, torch.nn as nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "torch.cuda.set_device(0); dist.init_process_group('nccl')\n"
+        "m = DDP(nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)]).cuda())\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+        "t = torch.ones(1 << 20, device='cuda'); out = torch.empty(1 << 20, device='cuda')\n"
+        "for _ in range(5):\n"
+        "    m(torch.randn(64, 1024, device='cuda')).sum().backward()\n"
+        "    torch.cuda._sleep(200_000_000)\n"
+        "    dist.all_reduce(t)\n"
+        "    torch.cuda._sleep(200_000_000)\n"
+        "    dist.all_reduce(t, async_op=True).wait()\n"
+        "    torch.cuda._sleep(200_000_000)\n"
+        "    dist.all_gather_into_tensor(out, t)\n"
+        "    opt.step(); opt.zero_grad()\n"
+        "dist.destroy_process_group()\n")
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "1", "--quiet",
+                        "--out", str(tmp_path / "run"), str(script)], capture_output=True, text=True, env=_env(), timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    ev = load_run(tmp_path / "run").events
+    own = ev[(ev["kind"] == S.COLLECTIVE) & (ev["bucket"] < 0)].sort_values(["step", "start_ns"])
+    back = ev[ev["kind"] == S.BACKWARD].groupby("step")["end_ns"].max()
+    assert sorted(own["step"].unique()) == [0, 1, 2, 3, 4] and (own.groupby("step").size() == 3).all(), own
+    for step, f in own.groupby("step"):
+        gaps_ms = (f["start_ns"].to_numpy() - int(back[step])) / 1e6
+        # each waits for one more ~100 ms sleep on the GPU: ~100, ~200, ~300 ms after backward (> 50 / 150 / 250)
+        assert gaps_ms[0] > 50 and gaps_ms[1] > 150 and gaps_ms[2] > 250, (step, gaps_ms)
+    assert (own["end_ns"] >= own["start_ns"]).all()

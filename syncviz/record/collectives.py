@@ -12,6 +12,8 @@ FSDP2 ``fully_shard`` → ``all_gather_single`` and ``reduce_scatter_single`` (s
 Rules (DESIGN.md): the wrapper never blocks and never synchronizes a device; it appends one list
 record (``Recorder.add_collective``) and stamps completion from the work's future (``add_done_callback``) or,
 for a backend whose work has no future (gloo's reduce_scatter), when the caller waits on it.
+On CUDA tensors the same points record CUDA events (start just before the call), resolved to GPU
+times a step later as DDP's buckets are (an NCCL call returns at enqueue).
 A collective torch implements by calling another public one is recorded once (the outer call).
 Collectives syncviz runs for itself (clock alignment, rank info) are not recorded
 (``Recorder.own_collectives``).
@@ -30,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from syncviz.record.cudaclock import timing_event
 from syncviz.record.events import CollectiveCall
 from syncviz.trace import schema as S
 
@@ -151,6 +154,12 @@ def _wrap(name: str, orig, describe):
             return orig(*args, **kwargs)
         launch = rec.now()
         bucket = rec.current_bucket
+        resolved = group or c10d._get_default_group()
+        coalesced = resolved in c10d._world.pg_coalesce_state
+        # On CUDA the host times would be the enqueue (an NCCL call returns, and its future completes,
+        # once the kernel is queued): the interval comes from CUDA events, as for DDP's buckets. The
+        # start goes on the current stream just before the call, which the collective's stream waits for.
+        start_ev = timing_event(tensor.device) if tensor is not None and tensor.is_cuda and not coalesced else None
         _TLS.busy = True
         me = threading.get_ident()
         _IN_CALL[me] = (op, name, nbytes, bucket, launch)   # what the hang watchdog sees while we wait
@@ -160,10 +169,8 @@ def _wrap(name: str, orig, describe):
         finally:
             _TLS.busy = False
             _IN_CALL.pop(me, None)
-        resolved = group or c10d._get_default_group()
         size = resolved.size()
         label = name
-        coalesced = resolved in c10d._world.pg_coalesce_state
         if coalesced:
             label += " (coalesced)"
         elif not async_op and (tensor is None or not tensor.is_cuda):
@@ -172,12 +179,16 @@ def _wrap(name: str, orig, describe):
         row = CollectiveCall(S.COLLECTIVE, label, op, max(rec.micro, 0), launch, nbytes,
                              S.dtype_name(None if tensor is None else tensor.dtype), size,
                              bucket=bucket)
+        if start_ev is not None:
+            row.cuda = [start_ev, None, tensor.device]
         if coalesced:
             _COALESCED.setdefault(id(resolved), []).append(row)
         elif async_op and work is not None:
             _on_completion(work, row, rec)
         else:
             row.done = returned
+            if row.cuda is not None:   # a synchronous call made the current stream wait for the collective
+                row.cuda[1] = timing_event(row.cuda[2])
         rec.add_collective(row)
         return work
 
@@ -243,6 +254,8 @@ def _on_completion(work, row: CollectiveCall, rec) -> None:
     def done(_fut, row=row):
         row.done = rec.now()
         row.work = None
+        if row.cuda is not None:   # a CUDA future's callback runs on streams that wait for the collective
+            row.cuda[1] = timing_event(row.cuda[2])
     fut.add_done_callback(done)
 
 
@@ -276,6 +289,8 @@ def _patched_wait(orig_wait):
             if entry is not None and entry[0] is self and _REC is not None:
                 entry[1].done = _REC.now()
                 entry[1].work = None
+                if entry[1].cuda is not None:   # wait() made the current stream wait for the collective
+                    entry[1].cuda[1] = timing_event(entry[1].cuda[2])
         return out
     return wait
 

@@ -73,6 +73,8 @@ class _BucketHook:
                 if cuda:
                     call.cuda = [timing_event(buf.device), None]
                 work, row = bucket_all_reduce(rec, buf, pg, index)
+                if row is not None:
+                    row.cuda = call.cuda     # the bucket's all_reduce row: the same GPU interval
                 fut = work.get_future()
                 unwrap = True
             else:
@@ -186,6 +188,8 @@ class _BucketHook:
             if t.is_cuda:             # GPU-side interval, as the comm hook path takes it (its __call__)
                 call.cuda = [timing_event(t.device), None]
             work, row = bucket_all_reduce(rec, t, self.pg, index, opts)
+            if row is not None:
+                row.cuda = call.cuda         # the bucket's all_reduce row: the same GPU interval
 
         def done(f, call=call, row=row, device=t.device):
             call.done = rec.now()
