@@ -96,7 +96,6 @@ def main(argv=None) -> int:
             results += rs
             # written after every group: a run cut off (a lent machine's time limit) keeps what it measured
             _write(out, _report(results, o, time.perf_counter() - t_all))
-    _write(out, _report(results, o, time.perf_counter() - t_all))
     failed = [r.id for r in results if r.status == "fail"]
     print(f"gpu_check: {len(results)} checks: " + ", ".join(
         f"{sum(r.status == s for r in results)} {s}" for s in STATUSES) + f"; report: {out / 'report.md'}")

@@ -252,10 +252,8 @@ def _on_completion(work, row: CollectiveCall, rec) -> None:
         return
 
     def done(_fut, row=row):
-        row.done = rec.now()
+        rec.collective_done(row)   # on CUDA also its end event: the callback's streams wait for the collective
         row.work = None
-        if row.cuda is not None:   # a CUDA future's callback runs on streams that wait for the collective
-            row.cuda[1] = timing_event(row.cuda[2])
     fut.add_done_callback(done)
 
 
@@ -287,10 +285,8 @@ def _patched_wait(orig_wait):
         if _PENDING:
             entry = _PENDING.pop(id(self), None)
             if entry is not None and entry[0] is self and _REC is not None:
-                entry[1].done = _REC.now()
+                _REC.collective_done(entry[1])   # on CUDA: wait() made the current stream wait for it
                 entry[1].work = None
-                if entry[1].cuda is not None:   # wait() made the current stream wait for the collective
-                    entry[1].cuda[1] = timing_event(entry[1].cuda[2])
         return out
     return wait
 
