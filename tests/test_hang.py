@@ -39,6 +39,16 @@ def test_rank_skipping_a_collective_is_reported_and_stopped(tmp_path):
     assert sorted(run.events.loc[run.events["kind"] == "step", "step"].unique()) == [0, 1, 2]
     assert any("did not finish" in x for x in run.problems)
     assert not list((tmp_path / "run").glob("inflight-*.json"))
+    # where each rank's main thread was when the hang was declared (faulthandler, SIGUSR2):
+    # rank 1 in the script's sleep, rank 0 inside the all_reduce it launched
+    main = rep["main_thread"]
+    assert main["1"][0].startswith("/") and "in sleep" not in main["1"][0]   # time.sleep is C: no frame
+    assert any(f.endswith("hang_skip.py:31 in <module>") for f in main["1"][:2]), main["1"]
+    assert any("all_reduce" in f for f in main["0"][:3]), main["0"]
+    assert any(f.endswith("hang_skip.py:32 in <module>") for f in main["0"]), main["0"]
+    assert "Thread 0x" in rep["stacks"]["0"] and "watchdog.py" in rep["stacks"]["0"]   # every thread
+    assert "rank 1's main thread" in p.stderr and "hang_skip.py:31 in <module>" in p.stderr
+    assert "hang_skip.py:32 in <module>" in p.stderr and "syncviz/record/collectives.py" not in p.stderr
 
 
 def test_syntax_error_names_the_first_rank_and_its_reason(tmp_path):

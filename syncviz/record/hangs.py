@@ -2,12 +2,17 @@
 steps_recorded and each rank's ``inflight-<rank>.json``, see watchdog.py). When no rank completes
 a step for the deadline — max(60 s, 10 × the median step) unless ``--hang-timeout`` sets it — it
 says which ranks are stuck in which collective (op, bytes, bucket, step, since when) and which
-ranks never launched it, writes that to ``hang.json`` in the run directory and stops the ranks."""
+ranks never launched it, writes that to ``hang.json`` in the run directory and stops the ranks.
+Before stopping them it asks each rank on this host for its threads' Python stacks (SIGUSR2, see
+watchdog.py): a rank that is in no collective is stuck somewhere only its stack can say."""
 from __future__ import annotations
 
 import json
+import contextlib
 import os
+import re
 import signal
+import socket
 import statistics
 import sys
 import threading
@@ -20,6 +25,10 @@ from syncviz.trace import write_json_atomic
 MIN_DEADLINE_S = 60.0
 STEP_FACTOR = 10.0
 HANG_FILE = "hang.json"
+STACKS_WAIT_S = 3.0     # how long the launcher waits for the ranks' stack dumps
+TOP_FRAMES = 4          # innermost frames of each rank's main thread printed with the report
+_OWN = os.sep + os.path.join("syncviz", "record") + os.sep
+_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)")
 
 
 def read_inflight(out: Path) -> dict[int, dict]:
@@ -58,6 +67,57 @@ def report(states: dict[int, dict], world: int | None, now: float) -> dict:
     return {"detected_unix": now, "stuck": entries, "ranks": ranks, "ranks_without_state": silent}
 
 
+def request_stacks(out: Path, states: dict[int, dict], wait_s: float = STACKS_WAIT_S) -> dict[int, str]:
+    """SIGUSR2 to every rank of this host that armed it; their faulthandler dumps, by rank. A rank
+    that does not answer in ``wait_s`` (gone, or not ours) is left out."""
+    from syncviz.record.watchdog import STACKS_SIGNAL, stacks_file
+    host, asked = socket.gethostname(), {}
+    for rank, st in states.items():
+        if STACKS_SIGNAL is None or not st.get("stacks") or st.get("host") != host or not st.get("pid"):
+            continue
+        path = out / stacks_file(rank)
+        with contextlib.suppress(OSError):
+            before = path.stat().st_size
+            os.kill(int(st["pid"]), STACKS_SIGNAL)
+            asked[rank] = (path, before)
+    got: dict[int, str] = {}
+    sizes: dict[int, int] = {}
+    deadline = time.monotonic() + wait_s
+    while asked and time.monotonic() < deadline:
+        time.sleep(0.1)
+        for rank, (path, before) in list(asked.items()):
+            size = path.stat().st_size if path.exists() else before
+            if size > before and sizes.get(rank) == size:      # grew, then unchanged for 0.1 s
+                got[rank] = path.read_text(errors="replace")[before:]
+                del asked[rank]
+            sizes[rank] = size
+    return got
+
+
+def main_frames(dump: str, thread: str | None) -> list[str]:
+    """The frames of ``thread`` (``0x...``, else the dump's "Current thread") in a faulthandler
+    dump, innermost first, as "file:line in func"."""
+    frames, mine = [], False
+    for ln in dump.splitlines():
+        m = _THREAD.match(ln)
+        if m:
+            if frames:
+                break
+            mine = (m.group(1) == thread) if thread else ln.startswith("Current")
+            continue
+        if mine and ln.strip().startswith("File "):
+            f = re.match(r'\s*File "(.*)", line (\d+) in (.*)', ln)
+            frames.append(f"{f.group(1)}:{f.group(2)} in {f.group(3)}" if f else ln.strip())
+    return frames
+
+
+def add_stacks(rep: dict, states: dict[int, dict], dumps: dict[int, str]) -> None:
+    """The dumps into the report: whole text per rank, and each main thread's frames."""
+    rep["stacks"] = {str(r): d for r, d in sorted(dumps.items())}
+    rep["main_thread"] = {str(r): main_frames(d, states.get(r, {}).get("main_thread"))
+                          for r, d in sorted(dumps.items())}
+
+
 def lines(rep: dict, deadline: float) -> list[str]:
     out = [f"[syncviz] hang: no rank completed a step for {deadline:.0f} s"]
     for e in rep["stuck"][:6]:
@@ -74,6 +134,12 @@ def lines(rep: dict, deadline: float) -> list[str]:
             out.append(f"[syncviz]   rank {r}: at step {st['step']}, in no collective")
     if rep["ranks_without_state"]:
         out.append(f"[syncviz]   ranks {', '.join(map(str, rep['ranks_without_state'][:16]))}: no state written")
+    for r, frames in list(rep.get("main_thread", {}).items())[:8]:
+        # syncviz's own wrappers and runpy's frames say nothing about the user's code: left out here
+        frames = [f for f in frames if not (_OWN in f or f.startswith("<frozen runpy>"))]
+        if frames:
+            out.append(f"[syncviz]   rank {r}'s main thread (innermost first; all threads in hang.json):")
+            out += [f"[syncviz]     {f}" for f in frames[:TOP_FRAMES]]
     return out
 
 
@@ -123,6 +189,8 @@ class HangWatch(threading.Thread):
                 pass
             rep = report(states, world or int(os.environ.get("WORLD_SIZE", 0)) or None, now)
             rep["deadline_s"] = self.deadline_s
+            with contextlib.suppress(Exception):       # forensics never block stopping the ranks
+                add_stacks(rep, states, request_stacks(self.out, states))
             try:
                 write_json_atomic(self.out / HANG_FILE, rep)
             except OSError:

@@ -149,7 +149,7 @@ def run_trace(argv: list[str]) -> Path:
         if not args.overwrite:
             raise click.ClickException(f"{out} already holds a run; pass --overwrite or choose --out")
         for p in (list(out.glob("rank-*.arrow")) + list(out.glob("layout-*.arrow")) + list(out.glob("grads-*.arrow"))
-                  + list(out.glob("inflight-*.json")) + [out / S.RUN_FILE, out / "hang.json"]):
+                  + list(out.glob("inflight-*.json")) + list(out.glob("stacks-*.txt")) + [out / S.RUN_FILE, out / "hang.json"]):
             p.unlink(missing_ok=True)
         shutil.rmtree(out / "profiler", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,11 +5,20 @@ run directory, atomically and only when it changed. It never touches the trainin
 launcher (record/hangs.py) reads these files to say who is stuck in what.
 
 A blocking gloo collective releases the GIL while it waits, so this thread keeps running while
-its rank is stuck (which is the point)."""
+its rank is stuck (which is the point).
+
+What the rank's threads are doing comes on demand: ``SIGUSR2`` makes faulthandler write every
+thread's Python stack to ``stacks-<rank>.txt`` (a C-level handler: it answers even while the main
+thread is blocked in C++ with or without the GIL). The launcher sends it when it declares a hang,
+so the report says where a rank that is in no collective is stuck. A script that has its own
+``SIGUSR2`` handler keeps it (then no stacks)."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
+import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -18,8 +27,15 @@ from syncviz.trace import write_json_atomic
 PERIOD_S = 1.0
 
 
+STACKS_SIGNAL = getattr(signal, "SIGUSR2", None)
+
+
 def inflight_file(rank: int) -> str:
     return f"inflight-{rank}.json"
+
+
+def stacks_file(rank: int) -> str:
+    return f"stacks-{rank}.txt"
 
 
 class Watchdog:
@@ -29,6 +45,37 @@ class Watchdog:
         self._stop = threading.Event()
         self._last = None
         self._thread = threading.Thread(target=self._loop, name="syncviz-watchdog", daemon=True)
+        self._stacks = None            # the open stacks file while SIGUSR2 dumps into it
+        self._static = {"pid": os.getpid(), "host": socket.gethostname(),
+                        "main_thread": f"0x{threading.main_thread().ident:016x}"}
+
+    def arm_stacks(self) -> bool:
+        """Let SIGUSR2 dump every thread's stack to stacks-<rank>.txt; only where the signal is
+        free (default disposition), so a script's own handler is never replaced."""
+        if STACKS_SIGNAL is None or signal.getsignal(STACKS_SIGNAL) != signal.SIG_DFL:
+            return False
+        try:
+            self._stacks = open(self.path.with_name(stacks_file(self.rec.rank)), "w")  # noqa: SIM115 (held open for the signal)
+            faulthandler.register(STACKS_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        except (OSError, ValueError, RuntimeError):
+            self._close_stacks()
+            return False
+        self._static["stacks"] = True
+        return True
+
+    def _close_stacks(self) -> None:
+        if self._stacks is None:
+            return
+        with contextlib.suppress(Exception):
+            faulthandler.unregister(STACKS_SIGNAL)
+        name = self._stacks.name
+        with contextlib.suppress(OSError):
+            self._stacks.close()
+        self._stacks = None
+        self._static.pop("stacks", None)
+        with contextlib.suppress(OSError):
+            if os.path.getsize(name) == 0:     # never asked for: nothing to keep
+                os.unlink(name)
 
     def start(self) -> "Watchdog":
         self._thread.start()
@@ -48,7 +95,7 @@ class Watchdog:
         calls += [(c.op, c.name, c.nbytes, c.bucket, c.launch, "launched, not done") for c in s["collectives"]]
         calls += [("all_reduce", f"bucket {b.index} ({b.hook})", b.nbytes, b.index, b.launch, "bucket launched, not done")
                   for b in s["buckets"]]
-        return {"rank": self.rec.rank, "pid": os.getpid(), "step": s["step"], "micro": s["micro"],
+        return {"rank": self.rec.rank, **self._static, "step": s["step"], "micro": s["micro"],
                 "steps_written": s["steps_written"],
                 "inflight": [{"op": op, "name": name, "bytes": nb, "bucket": b, "launch_ns": t, "state": st,
                               "age_s": round(max(0, now - t) / 1e9, 1)} for op, name, nb, b, t, st in calls]}
@@ -75,6 +122,7 @@ class Watchdog:
     def stop(self) -> None:
         """Stop and remove the file (a rank that closed cleanly is stuck in nothing)."""
         self._stop.set()
+        self._close_stacks()
         with contextlib.suppress(OSError):
             self.path.unlink()
 
@@ -82,6 +130,7 @@ class Watchdog:
 def start(rec) -> Watchdog:
     """Start the watchdog of ``rec`` and stop it when the recorder closes."""
     w = Watchdog(rec)
+    w.arm_stacks()
     with contextlib.suppress(Exception):
         w.poll()                 # the rank is alive: its file exists from the start
     rec.on_close(lambda _rec: w.stop())
