@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow
 
 N = 1000          # float32 elements of the "whole array": 4000 bytes
 WHOLE = 4 * N
+LATE_S = 0.3
 
 # (label, op, bytes) of every call _calls() makes, in order
 EXPECTED = [
@@ -35,6 +37,8 @@ EXPECTED = [
     ("all_reduce_coalesced (blocking)", "all_reduce", 4 * 300),
     ("all_reduce (coalesced)", "all_reduce", 4 * 100),                     # inside _coalescing_manager
     ("all_reduce (coalesced)", "all_reduce", 4 * 200),
+    ("all_reduce (coalesced)", "all_reduce", 4 * 50),                      # async block, waited later
+    ("all_reduce (coalesced)", "all_reduce", 4 * 60),
     ("all_reduce", "all_reduce", 4 * 10),                                  # issued in bucket 3's hook
     ("all_reduce", "all_reduce", 4 * 20),                                  # ... from its future callback
     ("all_reduce (blocking)", "all_reduce", 2 * 10),                       # float16 tensor: 2 bytes/elt
@@ -58,6 +62,14 @@ def _calls(rank: int, n: int, rec) -> None:
     with dist.distributed_c10d._coalescing_manager():
         dist.all_reduce(torch.ones(100))
         dist.all_reduce(torch.ones(200))
+    # an async block (Megatron's gradient sync: torch.distributed._coalescing_manager, cm.wait() later)
+    # that rank 1 joins LATE_S late: rank 0's rows end when the block's work completes, not at its issue
+    if rank == 1:
+        time.sleep(LATE_S)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(torch.ones(50))
+        dist.all_reduce(torch.ones(60))
+    cm.wait()
     # a comm hook whose continuation issues another collective on gloo's thread (PowerSGD's P → Q)
     with rec.in_bucket(3):
         fut = dist.all_reduce(torch.ones(10), async_op=True).get_future().then(
@@ -85,7 +97,7 @@ def _worker(rank: int, n: int, out: str, store: str) -> None:
         if rank == 0:
             with open(os.path.join(out, "profiled.json"), "w") as f:
                 json.dump(names, f)
-        originals = {name: getattr(dist, name) for name in ("all_reduce", "broadcast")}
+        originals = {name: getattr(dist, name) for name in ("all_reduce", "broadcast", "_coalescing_manager")}
         collectives.uninstall()
         restored = all(getattr(dist, k) is v.__wrapped__ for k, v in originals.items())
         if rank == 0:
@@ -117,6 +129,9 @@ def test_every_api_form_recorded_once_with_op_and_bytes(recorded):
         assert (rows["end_ns"] >= rows["start_ns"]).all(), "every call has a completion time"
         assert set(rows["dtype"]) == {"float32", "float16"}
         assert rows["dtype"].iloc[-1] == "float16"
+    # the async coalesced block: rank 0 issued it LATE_S before rank 1 joined, and waited for it
+    late = coll[(coll["rank"] == 0) & coll["bytes"].isin([4 * 50, 4 * 60])]
+    assert len(late) == 2 and ((late["end_ns"] - late["start_ns"]) > 0.6 * LATE_S * 1e9).all(), late
 
 
 def test_bucket_kept_across_future_callback_thread(recorded):
@@ -124,8 +139,8 @@ def test_bucket_kept_across_future_callback_thread(recorded):
     coll = run.events[(run.events["kind"] == S.COLLECTIVE) & (run.events["rank"] == 0)]
     coll = coll.sort_values("launch_ns")
     buckets = list(coll["bucket"])
-    assert buckets[13:15] == [3, 3], "hook's own call and its continuation belong to bucket 3"
-    assert all(b == -1 for i, b in enumerate(buckets) if i not in (13, 14))
+    assert buckets[15:17] == [3, 3], "hook's own call and its continuation belong to bucket 3"
+    assert all(b == -1 for i, b in enumerate(buckets) if i not in (15, 16))
 
 
 def test_own_collectives_not_recorded(recorded):

@@ -241,19 +241,24 @@ def in_call() -> list[tuple]:
     return list(_IN_CALL.values())
 
 
-def _on_completion(work, row: CollectiveCall, rec) -> None:
-    row.work = work
+def _on_completion(work, row, rec) -> None:
+    """Stamp ``row`` (or every row of a list: a coalesced block's) done when ``work`` completes:
+    from its future's callback, or, for a work without a future, when someone waits on it."""
+    rows = row if isinstance(row, list) else [row]
+    for r in rows:
+        r.work = work
     try:
         fut = work.get_future()
     except RuntimeError:   # e.g. gloo's reduce_scatter_single: "Work::getFuture not implemented"
         if len(_PENDING) > 4096:     # works nobody waited on: forget them
             _PENDING.clear()
-        _PENDING[id(work)] = (work, row)
+        _PENDING[id(work)] = (work, rows)
         return
 
-    def done(_fut, row=row):
-        rec.collective_done(row)   # on CUDA also its end event: the callback's streams wait for the collective
-        row.work = None
+    def done(_fut, rows=rows):
+        for r in rows:
+            rec.collective_done(r)   # on CUDA also its end event: the callback's streams wait for the collective
+            r.work = None
     fut.add_done_callback(done)
 
 
@@ -285,8 +290,9 @@ def _patched_wait(orig_wait):
         if _PENDING:
             entry = _PENDING.pop(id(self), None)
             if entry is not None and entry[0] is self and _REC is not None:
-                _REC.collective_done(entry[1])   # on CUDA: wait() made the current stream wait for it
-                entry[1].work = None
+                for row in entry[1]:
+                    _REC.collective_done(row)   # on CUDA: wait() made the current stream wait for it
+                    row.work = None
         return out
     return wait
 
@@ -296,12 +302,19 @@ def _patched_coalescing_manager(orig_cm):
     def _coalescing_manager(group=None, device=None, async_ops=False):
         with orig_cm(group, device, async_ops) as cm:
             yield cm
-        # the batch was issued (and, unless async, completed) when the block closed
+        # The batch was issued when the block closed; a blocking block also completed then. An
+        # async one (Megatron-style: ``cm.wait()`` later) completes with the work it appended.
         rows = _COALESCED.pop(id(group or c10d._get_default_group()), [])
-        if _REC is not None:
+        if _REC is None or not rows:
+            return
+        works = getattr(cm, "works", None)
+        if async_ops and works:
+            _on_completion(works[-1], rows, _REC)
+        else:
             t = _REC.now()
             for row in rows:
                 row.done = t
+    _coalescing_manager.__wrapped__ = orig_cm
     return _coalescing_manager
 
 
@@ -342,9 +355,12 @@ def install(rec) -> None:
     c10d.Work.wait = _patched_wait(c10d.Work.wait)
     _ORIG[(torch._C.Future, "then")] = torch._C.Future.then
     torch._C.Future.then = _patched_then(torch._C.Future.then)
-    if hasattr(c10d, "_coalescing_manager"):
-        _ORIG[(c10d, "_coalescing_manager")] = c10d._coalescing_manager
-        c10d._coalescing_manager = _patched_coalescing_manager(c10d._coalescing_manager)
+    # torch.distributed re-exports it (Megatron's DDP imports it from there): both names patched
+    for mod in (c10d, dist):
+        orig = getattr(mod, "_coalescing_manager", None)
+        if orig is not None:
+            _ORIG[(mod, "_coalescing_manager")] = orig
+            setattr(mod, "_coalescing_manager", _patched_coalescing_manager(orig))
 
 
 def uninstall() -> None:
