@@ -3,8 +3,8 @@ steps_recorded and each rank's ``inflight-<rank>.json``, see watchdog.py). When 
 a step for the deadline — max(60 s, 10 × the median step) unless ``--hang-timeout`` sets it — it
 says which ranks are stuck in which collective (op, bytes, bucket, step, since when) and which
 ranks never launched it, writes that to ``hang.json`` in the run directory and stops the ranks.
-Before stopping them it asks each rank on this host for its threads' Python stacks (SIGUSR2, see
-watchdog.py): a rank that is in no collective is stuck somewhere only its stack can say."""
+Before stopping them it asks each rank on this host for its threads' Python stacks (a real-time
+signal, see watchdog.py): a rank that is in no collective is stuck somewhere only its stack can say."""
 from __future__ import annotations
 
 import json
@@ -68,17 +68,19 @@ def report(states: dict[int, dict], world: int | None, now: float) -> dict:
 
 
 def request_stacks(out: Path, states: dict[int, dict], wait_s: float = STACKS_WAIT_S) -> dict[int, str]:
-    """SIGUSR2 to every rank of this host that armed it; their faulthandler dumps, by rank. A rank
-    that does not answer in ``wait_s`` (gone, or not ours) is left out."""
-    from syncviz.record.watchdog import STACKS_SIGNAL, stacks_file
+    """The signal each rank of this host armed (its state's ``stacks``, watchdog.py) to every such
+    rank; their faulthandler dumps, by rank. A rank that does not answer in ``wait_s`` (gone, or not
+    ours) is left out."""
+    from syncviz.record.watchdog import stacks_file
     host, asked = socket.gethostname(), {}
     for rank, st in states.items():
-        if STACKS_SIGNAL is None or not st.get("stacks") or st.get("host") != host or not st.get("pid"):
+        sig = st.get("stacks")
+        if not isinstance(sig, int) or isinstance(sig, bool) or st.get("host") != host or not st.get("pid"):
             continue
         path = out / stacks_file(rank)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             before = path.stat().st_size
-            os.kill(int(st["pid"]), STACKS_SIGNAL)
+            os.kill(int(st["pid"]), sig)
             asked[rank] = (path, before)
     got: dict[int, str] = {}
     sizes: dict[int, int] = {}

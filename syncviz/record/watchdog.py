@@ -7,11 +7,12 @@ launcher (record/hangs.py) reads these files to say who is stuck in what.
 A blocking gloo collective releases the GIL while it waits, so this thread keeps running while
 its rank is stuck (which is the point).
 
-What the rank's threads are doing comes on demand: ``SIGUSR2`` makes faulthandler write every
-thread's Python stack to ``stacks-<rank>.txt`` (a C-level handler: it answers even while the main
-thread is blocked in C++ with or without the GIL). The launcher sends it when it declares a hang,
-so the report says where a rank that is in no collective is stuck. A script that has its own
-``SIGUSR2`` handler keeps it (then no stacks)."""
+What the rank's threads are doing comes on demand: a signal (STACKS_SIGNAL) makes faulthandler
+write every thread's Python stack to ``stacks-<rank>.txt`` (a C-level handler: it answers even while
+the main thread is blocked in C++ with or without the GIL). The launcher sends it when it declares a
+hang, so the report says where a rank that is in no collective is stuck. The signal is a real-time
+one, not SIGUSR1/SIGUSR2: SLURM's ``--signal`` and Lightning's requeue handler use those, and a
+script's own handler must keep working. One the script already handles is left to it (no stacks)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,9 @@ from syncviz.trace import write_json_atomic
 PERIOD_S = 1.0
 
 
-STACKS_SIGNAL = getattr(signal, "SIGUSR2", None)
+# SIGRTMIN + 6: clear of glibc's own real-time signals (Python's SIGRTMIN is past them) and of the
+# low ones libraries take first; None where the platform has none (then no stacks).
+STACKS_SIGNAL = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") and signal.SIGRTMIN + 6 <= signal.SIGRTMAX else None
 
 
 def inflight_file(rank: int) -> str:
@@ -45,13 +48,13 @@ class Watchdog:
         self._stop = threading.Event()
         self._last = None
         self._thread = threading.Thread(target=self._loop, name="syncviz-watchdog", daemon=True)
-        self._stacks = None            # the open stacks file while SIGUSR2 dumps into it
+        self._stacks = None            # the open stacks file while STACKS_SIGNAL dumps into it
         self._static = {"pid": os.getpid(), "host": socket.gethostname(),
                         "main_thread": f"0x{threading.main_thread().ident:016x}"}
 
     def arm_stacks(self) -> bool:
-        """Let SIGUSR2 dump every thread's stack to stacks-<rank>.txt; only where the signal is
-        free (default disposition), so a script's own handler is never replaced."""
+        """Let STACKS_SIGNAL dump every thread's stack to stacks-<rank>.txt; only where the signal
+        is free (default disposition), so a script's own handler is never replaced."""
         if STACKS_SIGNAL is None or signal.getsignal(STACKS_SIGNAL) != signal.SIG_DFL:
             return False
         try:
@@ -60,14 +63,17 @@ class Watchdog:
         except (OSError, ValueError, RuntimeError):
             self._close_stacks()
             return False
-        self._static["stacks"] = True
+        self._static["stacks"] = int(STACKS_SIGNAL)
         return True
 
     def _close_stacks(self) -> None:
         if self._stacks is None:
             return
-        with contextlib.suppress(Exception):
-            faulthandler.unregister(STACKS_SIGNAL)
+        # unregister restores the action from before register(): only while nobody (the script)
+        # installed a handler since, which replaced ours and must stay
+        if signal.getsignal(STACKS_SIGNAL) == signal.SIG_DFL:
+            with contextlib.suppress(Exception):
+                faulthandler.unregister(STACKS_SIGNAL)
         name = self._stacks.name
         with contextlib.suppress(OSError):
             self._stacks.close()
