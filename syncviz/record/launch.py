@@ -7,6 +7,7 @@ so every torchrun option works with its usual name) with syncviz.record.bootstra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -202,6 +203,10 @@ def run_trace(argv: list[str]) -> Path:
         hangs.join(timeout=2)
         for p in out.glob("inflight-*.json"):
             p.unlink(missing_ok=True)
+        for p in out.glob("stacks-*.txt"):     # a killed rank's, never asked for: empty (a hang's are kept)
+            with contextlib.suppress(OSError):
+                if p.stat().st_size == 0:
+                    p.unlink()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
