@@ -8,8 +8,9 @@ machine (`Tensor.mul_`, one thread), 3.5 ms for 32 MB, against DDP's fused copy.
 the reducer issues each bucket's all-reduce itself, as ``process_group->allreduce({bucket})``, and
 a Python subclass of ``ProcessGroup`` receives that call. So the reducer (only: DDP's Python side
 and user code keep the real group) gets a group whose ``allreduce`` times the bucket and issues it
-on the real group, and whose every other call (rebuilding buckets broadcasts, the unused-parameter
-map) goes to the real group's backends in C++: they are registered on this one.
+on the real group, and whose every other collective (rebuilding buckets broadcasts, the
+unused-parameter map) is passed to the real group through its Python binding (_PASSED says why);
+the real group's backends are registered on this one as well.
 
 What the reducer's call does not say is the bucket's index: it issues buckets strictly in index
 order, 0, 1, …, once per backward pass (``next_bucket_`` in mark_bucket_ready, also in static-graph
@@ -47,6 +48,34 @@ class ReducerGroup(dist.ProcessGroup):
         if opts is None:
             opts = dist.AllreduceOptions()
         return self._on_allreduce(tensors, opts)
+
+
+# Every other collective the reducer may issue (rebuilding buckets broadcasts the new bucket order;
+# join mode and the unused-parameter map all-reduce) reaches the real group through a Python method
+# too. Why: for a Python subclass, the C++ call goes through torch's PyProcessGroup trampoline, which
+# holds the GIL; without a Python override it then calls the backend still holding it. Gloo's worker
+# thread, meanwhile, frees the previous work under its queue lock, and a work created from Python
+# holds Python objects (its thread-local state), so freeing it needs the GIL: the rank deadlocked in
+# DDP's bucket rebuild (py-spy --native: the main thread in ProcessGroupGloo::enqueue waiting for the
+# queue lock with the GIL, the worker in ~AsyncAllreduceWork waiting for the GIL with the lock), 4
+# times in 1,800 rebuilds (tests/scripts/many_rebuilds.py), and twice in the CI suite (Lightning, the
+# built-in workload). The inner group's Python bindings release the GIL before they enqueue: none
+# in 4,000 rebuilds since.
+_PASSED = ("broadcast", "allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced",
+           "allreduce_coalesced", "alltoall", "alltoall_base", "barrier", "gather", "scatter", "reduce",
+           "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced", "send", "recv",
+           "recv_anysource")
+
+
+def _passed(name: str):
+    def call(self, *args):
+        return getattr(self.inner, name)(*args)
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+for _name in _PASSED:
+    setattr(ReducerGroup, _name, _passed(_name))
 
 
 class TimedWork(dist.Work):
