@@ -166,8 +166,8 @@ def test_sparse_embedding(tmp_path):
 def test_bucket_rebuilds_do_not_deadlock(tmp_path):
     # 1,000 DDP models, a bucket rebuild each. Before the wrapped group passed its broadcast through
     # Python, runs hung in DDP's rebuild (gloo's enqueue with the GIL held) 4 times in 1,800 rebuilds
-    # (3 of 9 runs of 100 models, 1 of 3 runs of 300), so this fails on that code ~9 times in 10
-    # (1 - e^(-1000/450)); --hang-timeout ends such a run in 30 s.
+    # (3 of 9 runs of 100 models, 1 of 3 runs of 300); this test failed 3 of 3 times on that code.
+    # --hang-timeout ends such a run in 30 s.
     p = syncviz("trace", "--nproc-per-node", 2, "--out", tmp_path / "run", "--quiet", "--hang-timeout", 30,
                 SCRIPTS / "many_rebuilds.py", "--models", 1000, check=False)
     assert p.returncode == 0, p.stderr[-3000:]
