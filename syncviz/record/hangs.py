@@ -7,8 +7,8 @@ Before stopping them it asks each rank on this host for its threads' Python stac
 signal, see watchdog.py): a rank that is in no collective is stuck somewhere only its stack can say."""
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import os
 import re
 import signal
@@ -88,10 +88,14 @@ def request_stacks(out: Path, states: dict[int, dict], wait_s: float = STACKS_WA
     while asked and time.monotonic() < deadline:
         time.sleep(0.1)
         for rank, (path, before) in list(asked.items()):
-            size = path.stat().st_size if path.exists() else before
-            if size > before and sizes.get(rank) == size:      # grew, then unchanged for 0.1 s
-                got[rank] = path.read_text(errors="replace")[before:]
+            try:
+                size = path.stat().st_size
+                if size > before and sizes.get(rank) == size:      # grew, then unchanged for 0.1 s
+                    got[rank] = path.read_bytes()[before:].decode(errors="replace")
+                    del asked[rank]
+            except OSError:        # removed meanwhile (the rank closed): nothing to read
                 del asked[rank]
+                continue
             sizes[rank] = size
     return got
 
