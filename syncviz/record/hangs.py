@@ -137,7 +137,8 @@ def lines(rep: dict, deadline: float) -> list[str]:
                    "outside torch.distributed)")
     for r, st in rep["ranks"].items():
         if not st["in_flight"]:
-            out.append(f"[syncviz]   rank {r}: at step {st['step']}, in no collective")
+            # the watchdog's view: a Python thread, so behind when the rank is stuck holding the GIL
+            out.append(f"[syncviz]   rank {r}: last seen at step {st['step']}, in no collective")
     if rep["ranks_without_state"]:
         out.append(f"[syncviz]   ranks {', '.join(map(str, rep['ranks_without_state'][:16]))}: no state written")
     for r, frames in list(rep.get("main_thread", {}).items())[:8]:
@@ -146,6 +147,11 @@ def lines(rep: dict, deadline: float) -> list[str]:
         if frames:
             out.append(f"[syncviz]   rank {r}'s main thread (innermost first; all threads in hang.json):")
             out += [f"[syncviz]     {f}" for f in frames[:TOP_FRAMES]]
+    pids = [(r, st["pid"]) for r, st in rep["ranks"].items() if st.get("pid")][:4]
+    if pids and not rep["stuck"]:
+        # how this session found a deadlock inside C++ (record/reducer_group.py): native frames and locks
+        out.append("[syncviz]   stuck inside C++ (a lock, the GIL)? rerun with a longer --hang-timeout and, while it "
+                   "hangs, run py-spy dump --native --pid PID (" + ", ".join(f"rank {r}: {p}" for r, p in pids) + ")")
     return out
 
 
