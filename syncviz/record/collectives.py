@@ -42,7 +42,7 @@ _REC = None                 # the recorder rows go to (None: every wrapper is a 
 _ORIG: dict[tuple[object, str], object] = {}
 _TLS = threading.local()    # .busy: inside a recorded call (nested public calls are not recorded)
 _IN_CALL: dict[int, tuple] = {}   # thread id → the collective it is calling (see in_call)
-_PENDING: dict[int, tuple[object, CollectiveCall]] = {}    # id(work) → (work, call) for works without a future
+_PENDING: dict[int, tuple[object, list[CollectiveCall]]] = {}    # id(work) → (work, its rows) for works without a future
 
 
 # ---------------------------------------------------------------- what each API moves (bytes)
@@ -184,7 +184,7 @@ def _wrap(name: str, orig, describe):
         if coalesced:
             _COALESCED.setdefault(id(resolved), []).append(row)
         elif async_op and work is not None:
-            _on_completion(work, row, rec)
+            _on_completion(work, [row], rec)
         else:
             row.done = returned
             if row.cuda is not None:   # a synchronous call made the current stream wait for the collective
@@ -241,10 +241,9 @@ def in_call() -> list[tuple]:
     return list(_IN_CALL.values())
 
 
-def _on_completion(work, row, rec) -> None:
-    """Stamp ``row`` (or every row of a list: a coalesced block's) done when ``work`` completes:
-    from its future's callback, or, for a work without a future, when someone waits on it."""
-    rows = row if isinstance(row, list) else [row]
+def _on_completion(work, rows: list[CollectiveCall], rec) -> None:
+    """Stamp ``rows`` (one collective's, or a coalesced block's) done when ``work`` completes: from
+    its future's callback, or, for a work without a future, when someone waits on it."""
     for r in rows:
         r.work = work
     try:
@@ -254,12 +253,14 @@ def _on_completion(work, row, rec) -> None:
             _PENDING.clear()
         _PENDING[id(work)] = (work, rows)
         return
+    # on CUDA collective_done also records the end event: the callback's streams wait for the collective
+    fut.add_done_callback(lambda _fut, rows=rows: _completed(rows, rec))
 
-    def done(_fut, rows=rows):
-        for r in rows:
-            rec.collective_done(r)   # on CUDA also its end event: the callback's streams wait for the collective
-            r.work = None
-    fut.add_done_callback(done)
+
+def _completed(rows: list[CollectiveCall], rec) -> None:
+    for r in rows:
+        rec.collective_done(r)
+        r.work = None
 
 
 def settle(rows: list[CollectiveCall]) -> None:
@@ -290,9 +291,7 @@ def _patched_wait(orig_wait):
         if _PENDING:
             entry = _PENDING.pop(id(self), None)
             if entry is not None and entry[0] is self and _REC is not None:
-                for row in entry[1]:
-                    _REC.collective_done(row)   # on CUDA: wait() made the current stream wait for it
-                    row.work = None
+                _completed(entry[1], _REC)      # on CUDA: wait() made the current stream wait for it
         return out
     return wait
 

@@ -75,7 +75,7 @@ def request_stacks(out: Path, states: dict[int, dict], wait_s: float = STACKS_WA
     host, asked = socket.gethostname(), {}
     for rank, st in states.items():
         sig = st.get("stacks")
-        if not isinstance(sig, int) or isinstance(sig, bool) or st.get("host") != host or not st.get("pid"):
+        if type(sig) is not int or st.get("host") != host or not st.get("pid"):
             continue
         path = out / stacks_file(rank)
         with contextlib.suppress(OSError, ValueError):
