@@ -12,6 +12,8 @@ DEV := .make-dev
 $(BASE): pyproject.toml setup.py
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
 	$(PIP) install -q -e .
+	# the C++ gradient-ready hooks, built against this torch now rather than by the first trace
+	$(PYTHON) -m syncviz.record.native
 	touch $(BASE)
 
 # What the tests need on top: pytest, selenium, triton (kernel tests), torch-tb-profiler, ruff,

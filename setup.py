@@ -9,4 +9,6 @@ for name, folder in ROOTS.items():
     package_dir[name] = folder
     packages += [name] + [f"{name}.{sub}" for sub in find_packages(folder)]
 
-setup(packages=sorted(packages), package_dir=package_dir)
+# gradstamp.cpp is built on the user's machine against their torch (syncviz/record/native)
+setup(packages=sorted(packages), package_dir=package_dir,
+      package_data={"syncviz.record.native": ["*.cpp"]}, include_package_data=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from syncviz.record.columns import ARRAY_ROWS, GradBlock, RowGrads, StepColumns
 from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.trace import schema as S
@@ -12,7 +14,7 @@ from syncviz.trace import schema as S
 _COMPUTE = (S.FORWARD, S.BACKWARD, S.OPTIMIZER)   # not EVAL_FORWARD: evaluation is no training phase
 
 
-def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: list[BucketCall],
+def build_batch(step: int, *, phases: list[Phase], ready, buckets: list[BucketCall],
                 collectives: list[CollectiveCall], base: int, world_size: int, step_start: int | None,
                 param_name: Callable[[int], str],
                 bucket_params: Callable[[int, int], list[int]], param_names=None) -> StepColumns:
@@ -35,6 +37,9 @@ def build_batch(step: int, *, phases: list[Phase], ready: list[tuple], buckets: 
         add(p.kind, p.name, p.start, p.end, micro=max(p.micro, 0), layout=p.depth)
         spans.append((p.start, p.end, p.kind))
     # hooks append plain tuples in GradReady's order; many become arrays, a few rows right here
+    # (or an (n, 3) int64 array from the C++ hooks: record/native)
+    if len(ready) < ARRAY_ROWS and isinstance(ready, np.ndarray):
+        ready = [tuple(r) for r in ready.tolist()]
     grads = GradBlock(ready, base) if len(ready) >= ARRAY_ROWS else RowGrads(ready, base, add, param_name)
     # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
     # the collectives issued inside it.

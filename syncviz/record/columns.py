@@ -55,9 +55,11 @@ class GradBlock:
     ``t`` is aligned (local + ``base``); ``last_ready(micro, params)`` is the latest of a bucket's
     parameters in one micro-step (-1 when none), as batch.py's bucket rows need it."""
 
-    def __init__(self, ready: list[tuple], base: int):
-        # fromiter over the flattened tuples: np.array(list of tuples) took 5x longer (timeit)
-        arr = np.fromiter(chain.from_iterable(ready), dtype=np.int64, count=3 * len(ready)).reshape(-1, 3)
+    def __init__(self, ready, base: int):
+        # fromiter over the flattened tuples: np.array(list of tuples) took 5x longer (timeit); the
+        # C++ hooks (record/native) hand over the (n, 3) array itself
+        arr = ready if isinstance(ready, np.ndarray) else \
+            np.fromiter(chain.from_iterable(ready), dtype=np.int64, count=3 * len(ready)).reshape(-1, 3)
         self.n = len(arr)
         self.param, self.micro = arr[:, 0], arr[:, 2]
         self.t = arr[:, 1] + base

@@ -161,6 +161,7 @@ def run_trace(argv: list[str]) -> Path:
                        profile=args.profile_steps if args.profile else "",
                        grad_values=args.grad_elements if args.grad_values else 0).to_env()
     hang_timeout = args.hang_timeout
+    _build_native(quiet=bool(args.quiet))
     for k in SYNCVIZ_OPTIONS:
         delattr(args, k)
     # The bootstrap runs by file path, not `-m syncviz.record.bootstrap`: with -m the working
@@ -213,6 +214,16 @@ def run_trace(argv: list[str]) -> Path:
             else:
                 os.environ[k] = v
     return out
+
+
+def _build_native(quiet: bool) -> None:
+    """The C++ gradient-ready hooks (record/native), built here before any rank starts (once per
+    torch and Python; ranks never build). Without them the ranks use the Python hooks."""
+    from syncviz.record import native
+    why = native.build(None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True)))
+    if why:
+        print(f"[syncviz] C++ gradient-ready hooks not built ({why}); the Python hooks record the same "
+              f"rows with more overhead", file=sys.stderr, flush=True)
 
 
 def _quiet_torchrun_logs() -> None:

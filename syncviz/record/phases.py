@@ -24,9 +24,11 @@ import functools
 import time
 from typing import Iterable
 
+import numpy as np
 import torch
 
 from syncviz.record import clock
+from syncviz.record.clock import _SKEW
 from syncviz.record.cudaclock import timing_event
 from syncviz.record.events import Phase
 from syncviz.trace import schema as S
@@ -81,6 +83,8 @@ class PhaseHooks:
         _install_backward_wrapper(self)
 
     def _reset_phases(self) -> None:
+        if self._native is not None:
+            self._native.clear()                # a step not recorded (--steps) was not taken
         self._fwd_depth = 0
         self._fwd_open = []
         self._micros = 0
@@ -100,6 +104,44 @@ class PhaseHooks:
         self._fwd_open = []
 
     # ------------------------------------------------------------------ gradient ready
+    # The micro-step a gradient-ready stamp belongs to: the C++ hooks read it from their log.
+    @property
+    def micro(self) -> int:
+        return self._micro
+
+    @micro.setter
+    def micro(self, value: int) -> None:
+        self._micro = value
+        if self._native is not None:
+            self._native.set_micro(value)
+
+    def _native_log(self):
+        """The C++ gradient-ready log (record/native), created at the first hooked parameter; None
+        where it is not built or is switched off: the Python hooks below record the same rows."""
+        if self._native is None and not self._native_tried:
+            self._native_tried = True
+            from syncviz.record import native
+            mod = native.load()
+            if mod is not None:
+                self._native = mod.ReadyLog()
+                self._native.set_micro(self._micro)
+                self.add_hook_handle(self._native)     # close() calls its remove(): every hook goes
+            self.annotate(grad_ready_hooks="c++" if mod is not None else "python")   # run.json says which
+        return self._native
+
+    def _take_ready(self):
+        """This step's gradient-ready records: the Python list, or an (n, 3) int64 array (param,
+        local ns, micro) when the C++ hooks stamped them (rows of both: in stamp order)."""
+        if self._native is None:
+            return self._ready
+        rows = self._native.take().numpy()
+        if _SKEW:
+            rows[:, 1] += _SKEW
+        if not self._ready:
+            return rows
+        both = np.concatenate([rows, np.asarray(self._ready, dtype=np.int64).reshape(-1, 3)])
+        return both[np.argsort(both[:, 1], kind="stable")]
+
     def grad_hook(self, index: int):
         """A post-accumulate-grad hook that stamps parameter ``index``'s gradient as ready."""
         # time.monotonic_ns itself when no test skew is set: one Python call less per parameter
@@ -302,7 +344,11 @@ class PhaseHooks:
             i = len(self._param_index)
             self._param_index[id(p)] = (i, (names or {}).get(id(p), f"param{i}"))
             if hook_grads and p.requires_grad and p.is_leaf and not _is_dtensor(p):
-                self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
+                native = self._native_log()
+                if native is not None:
+                    native.hook(p, i)
+                else:
+                    self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
 
     def param_index(self, p) -> tuple[int, str]:
         """(index, name) of a parameter indexed by index_params; (-1, "?") otherwise."""

@@ -74,6 +74,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self.group = None
         # the current step's records
         self.step = 0
+        self._native, self._native_tried = None, False    # record/native's C++ gradient-ready log, if built
         self.micro = -1
         self._phases: list[Phase] = []
         self._ready: list = []                  # GradReady records
@@ -329,7 +330,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
     def _build_batch(self, step: int):
         if self._collectives and self.settle_collectives is not None:
             self.settle_collectives(self._collectives)   # completion callbacks still queued
-        cols = build_batch(step, phases=self._phases, ready=self._ready, buckets=self._buckets,
+        cols = build_batch(step, phases=self._phases, ready=self._take_ready(), buckets=self._buckets,
                            collectives=self._collectives, base=self.offset_ns - self.t0,
                            world_size=self.world_size, step_start=self._step_start,
                            param_name=self._param_name, bucket_params=self._bucket_params,
