@@ -1,0 +1,98 @@
+"""syncviz's C++ gradient-ready hooks (syncviz/record/native): built, taken by the ranks of a real
+`syncviz trace`, the same rows as the Python hooks they replace (the same parameters, micro-steps and
+order; the training bit for bit), every hook gone at close, and a build that fails is one line once,
+not a compile per run. That each stamp comes before DDP's reducer launches the bucket is checked on
+every DDP configuration by test_reducer_group (launch_ns >= ready_ns): with the stamp appended after
+DDP's hook instead of before it, that test fails (checked)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from syncviz.record import native
+from syncviz.trace import load_run
+from syncviz.trace import schema as S
+from test_e2e_ddp import ENV, SCRIPTS
+
+
+def test_built_and_loaded():
+    assert native.build() is None        # make install built it (else it is built now)
+    mod = native.load()
+    assert mod is not None and hasattr(mod, "ReadyLog")
+
+
+def _trace(tmp_path, name, env):
+    out = tmp_path / name
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--standalone", "--nproc-per-node", "2", "--quiet",
+                        "--out", str(out), str(SCRIPTS / "ddp_configs.py"), "--config", "accum", "--steps", "3",
+                        "--save", str(tmp_path / f"{name}.pt")],
+                       capture_output=True, text=True, env={**ENV, **env}, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return load_run(out), torch.load(tmp_path / f"{name}.pt"), p.stderr
+
+
+@pytest.mark.slow
+def test_the_same_rows_as_the_python_hooks(tmp_path):
+    py, py_saved, _ = _trace(tmp_path, "python", {native.ENV: "0"})
+    cc, cc_saved, _ = _trace(tmp_path, "cpp", {})
+    assert py.meta["grad_ready_hooks"] == "python" and cc.meta["grad_ready_hooks"] == "c++"
+    for k, v in py_saved["params"].items():
+        assert torch.equal(v, cc_saved["params"][k]), k
+    cols = ["rank", "step", "micro", "name"]
+    a = py.events[py.events["kind"] == S.GRAD_READY][cols].reset_index(drop=True)
+    b = cc.events[cc.events["kind"] == S.GRAD_READY][cols].reset_index(drop=True)
+    assert len(b) == 2 * 3 * 2 * 14 and a.equals(b)   # ranks × steps × micro-steps × parameters
+    ev = cc.events
+    g = ev[ev["kind"] == S.GRAD_READY]
+    assert (g["start_ns"] == g["end_ns"]).all()
+    # each bucket's ready time is its parameters' latest stamp in its micro-step, before its launch
+    lay = cc.layouts
+    for _, bkt in ev[ev["kind"] == S.BUCKET].iterrows():
+        names = lay[(lay["rank"] == bkt["rank"]) & (lay["layout"] == bkt["layout"]) & (lay["bucket"] == bkt["bucket"])]["param"]
+        mine = g[(g["rank"] == bkt["rank"]) & (g["step"] == bkt["step"]) & (g["micro"] == bkt["micro"]) & g["name"].isin(names)]
+        assert len(mine) == len(names) and bkt["ready_ns"] == mine["end_ns"].max() <= bkt["launch_ns"]
+
+
+def test_every_hook_goes_at_close_and_stamps_follow_micro_steps():
+    code = textwrap.dedent("""
+        import tempfile, torch
+        from syncviz.record.recorder import Recorder
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        rec = Recorder(tempfile.mkdtemp(), rank=0, world_size=1)
+        rec.index_params(net)
+        log = rec._native
+        assert log is not None and log.hooks() == 4
+        for micro in (0, 1):
+            rec.micro = micro
+            net(torch.randn(3, 4)).sum().backward()
+        rows = log.take().numpy()
+        assert sorted(rows[:, 0].tolist()) == [0, 0, 1, 1, 2, 2, 3, 3], rows
+        assert rows[:4, 2].tolist() == [0] * 4 and rows[4:, 2].tolist() == [1] * 4
+        assert (rows[1:, 1] >= rows[:-1, 1]).all()
+        rec.close()
+        assert log.hooks() == 0
+        net(torch.randn(3, 4)).sum().backward()
+        assert len(log.take()) == 0
+        print("OK")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]
+
+
+def test_a_failed_build_is_one_line_once(tmp_path, monkeypatch):
+    broken = tmp_path / "gradstamp.cpp"
+    broken.write_text("#error not today\n")
+    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setenv("SYNCVIZ_CACHE_DIR", str(tmp_path / "cache"))
+    why = native.build()
+    assert why and "\n" not in why
+    again = native.build()               # not compiled again: the failure is kept for this torch
+    assert again.startswith(why) and "remove" in again
+    assert native._library(native.build_dir()) is None
+    assert not [p for p in (tmp_path / "cache" / "native").iterdir() if p.is_dir()]   # no half build left
+    monkeypatch.setenv(native.ENV, "0")
+    assert native.build() is None and native.load() is None       # switched off: nothing to build
