@@ -96,3 +96,31 @@ def test_a_failed_build_is_one_line_once(tmp_path, monkeypatch):
     assert not [p for p in (tmp_path / "cache" / "native").iterdir() if p.is_dir()]   # no half build left
     monkeypatch.setenv(native.ENV, "0")
     assert native.build() is None and native.load() is None       # switched off: nothing to build
+
+
+def test_compiled_autograd_moves_to_the_python_hooks():
+    """Compiled autograd runs a compiled graph instead of the engine: it calls Python hooks but not
+    a node hook written in C++. The recorder sees it coming at the backward and switches, keeping
+    the stamps it had."""
+    code = textwrap.dedent("""
+        import tempfile, json, torch
+        from pathlib import Path
+        from torch._dynamo import compiled_autograd
+        from syncviz.record.recorder import Recorder
+        out = tempfile.mkdtemp()
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        rec = Recorder(out, rank=0, world_size=1)
+        rec.index_params(net)
+        assert rec._native is not None
+        net(torch.randn(3, 4)).sum().backward()          # eager: the C++ hooks stamp
+        with compiled_autograd._enable(torch.compile(backend="eager")):
+            net(torch.randn(3, 4)).sum().backward()
+        assert rec._native is None
+        rows = rec._take_ready()
+        assert [r[2] for r in rows] == [0] * 4 + [1] * 4, rows
+        assert json.loads((Path(out) / "run.json").read_text())["grad_ready_hooks"] == "python (compiled autograd)"
+        rec.close()
+        print("OK")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]

@@ -21,6 +21,7 @@ no device sync, no I/O in a hook); the step boundary turns them into a record ba
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from typing import Iterable
 
@@ -125,9 +126,23 @@ class PhaseHooks:
             if mod is not None:
                 self._native = mod.ReadyLog()
                 self._native.set_micro(self._micro)
+                self._native_params: list = []         # (param, index): for _python_hooks_instead
                 self.add_hook_handle(self._native)     # close() calls its remove(): every hook goes
             self.annotate(grad_ready_hooks="c++" if mod is not None else "python")   # run.json says which
         return self._native
+
+    def _python_hooks_instead(self, why: str) -> None:
+        """Move every parameter from the C++ hooks to the Python ones, for the rest of the run.
+        Compiled autograd runs a compiled graph in place of the autograd engine, and that graph
+        calls the Python hooks but not a node hook written in C++ (checked: 0 stamps there)."""
+        native, self._native = self._native, None
+        rows = native.take().numpy()           # this step's stamps so far stay this step's
+        self._ready.extend((int(i), int(t) + _SKEW, int(m)) for i, t, m in rows)
+        native.remove()
+        for p, i in self._native_params:
+            self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
+        self._native_params = []
+        self.annotate(grad_ready_hooks=f"python ({why})")
 
     def _take_ready(self):
         """This step's gradient-ready records: the Python list, or an (n, 3) int64 array (param,
@@ -207,6 +222,8 @@ class PhaseHooks:
             self._bwd_depth += 1
             return None
         self._bwd_depth = 1
+        if self._native is not None and _compiled_autograd():
+            self._python_hooks_instead("compiled autograd")
         t = self.now()
         if self._step_start is None:
             self._begin_step(t)
@@ -347,6 +364,7 @@ class PhaseHooks:
                 native = self._native_log()
                 if native is not None:
                     native.hook(p, i)
+                    self._native_params.append((p, i))
                 else:
                     self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
 
@@ -361,6 +379,14 @@ class PhaseHooks:
         self.annotate(model=facts, device=device)
         if device == "cuda":
             self.use_cuda(next(module.parameters()).device)
+
+
+def _compiled_autograd() -> bool:
+    """Whether torch's compiled autograd may run the next backward (only if torch._dynamo is loaded)."""
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    cfg = sys.modules.get("torch._dynamo.config")
+    return bool((ca is not None and getattr(ca, "compiled_autograd_enabled", False))
+                or (cfg is not None and getattr(cfg, "compiled_autograd", False)))
 
 
 def _is_dtensor(t) -> bool:
