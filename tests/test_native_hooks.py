@@ -63,7 +63,7 @@ def test_every_hook_goes_at_close_and_stamps_follow_micro_steps():
         from syncviz.record.recorder import Recorder
         net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
         rec = Recorder(tempfile.mkdtemp(), rank=0, world_size=1)
-        rec.index_params(net)
+        rec.index_params(net, held=True)
         log = rec._native
         assert log is not None and log.hooks() == 4
         for micro in (0, 1):
@@ -110,7 +110,7 @@ def test_compiled_autograd_moves_to_the_python_hooks():
         out = tempfile.mkdtemp()
         net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
         rec = Recorder(out, rank=0, world_size=1)
-        rec.index_params(net)
+        rec.index_params(net, held=True)
         assert rec._native is not None
         net(torch.randn(3, 4)).sum().backward()          # eager: the C++ hooks stamp
         with compiled_autograd._enable(torch.compile(backend="eager")):
@@ -123,4 +123,27 @@ def test_compiled_autograd_moves_to_the_python_hooks():
         print("OK")
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]
+
+
+def test_only_parameters_ddp_holds_get_the_cpp_hooks():
+    """The C++ hook holds its parameter's AccumulateGrad node, as DDP's reducer does; a node held
+    across a change of its parameter's shape rejects the gradient (FSDP1's flat parameters:
+    test_engines' FSDP1 run failed so), so parameters no DDP holds keep the Python hooks."""
+    code = textwrap.dedent("""
+        import tempfile, json, torch
+        from pathlib import Path
+        from syncviz.record.recorder import Recorder
+        out = tempfile.mkdtemp()
+        net = torch.nn.Linear(4, 2)
+        rec = Recorder(out, rank=0, world_size=1)
+        rec.index_params(net)
+        assert rec._native is None
+        net(torch.randn(3, 4)).sum().backward()
+        assert len(rec._take_ready()) == 2
+        rec.close()
+        assert json.loads((Path(out) / "run.json").read_text())["grad_ready_hooks"] == "python"
+        print("OK")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]

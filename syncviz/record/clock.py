@@ -26,6 +26,11 @@ def _skew() -> int:
 _SKEW = _skew()
 
 
+def skew_ns() -> int:
+    """SYNCVIZ_CLOCK_SKEW_NS: what local_ns adds to time.monotonic_ns (0 outside tests)."""
+    return _SKEW
+
+
 def skewed() -> bool:
     """True when SYNCVIZ_CLOCK_SKEW_NS shifts this rank's clock (local_ns is then not monotonic_ns)."""
     return _SKEW != 0

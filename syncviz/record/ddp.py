@@ -207,7 +207,7 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
     later register_comm_hook becomes that hook's target (registered then, on the CPU path)."""
     if getattr(ddp, "_syncviz_hook", None) is not None:
         return ddp
-    rec.index_params(ddp.module)
+    rec.index_params(ddp.module, held=True)     # the reducer holds their AccumulateGrad nodes
     rec.hook_forward(ddp)
     hook = _BucketHook(rec, ddp)
     ddp._syncviz_hook = hook

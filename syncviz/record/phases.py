@@ -21,15 +21,13 @@ no device sync, no I/O in a hook); the step boundary turns them into a record ba
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from typing import Iterable
 
 import numpy as np
 import torch
 
-from syncviz.record import clock
-from syncviz.record.clock import _SKEW
+from syncviz.record import clock, native
 from syncviz.record.cudaclock import timing_event
 from syncviz.record.events import Phase
 from syncviz.trace import schema as S
@@ -117,17 +115,16 @@ class PhaseHooks:
             self._native.set_micro(value)
 
     def _native_log(self):
-        """The C++ gradient-ready log (record/native), created at the first hooked parameter; None
-        where it is not built or is switched off: the Python hooks below record the same rows."""
+        """The C++ gradient-ready log (record/native), created at the first parameter given to it;
+        None where it is not built or is switched off: the Python hooks below record the same rows."""
         if self._native is None and not self._native_tried:
             self._native_tried = True
-            from syncviz.record import native
             mod = native.load()
             if mod is not None:
                 self._native = mod.ReadyLog()
                 self._native.set_micro(self._micro)
                 self._native_params: list = []         # (param, index): for _python_hooks_instead
-                self.add_hook_handle(self._native)     # close() calls its remove(): every hook goes
+                self.add_hook_handle(native.Hooks(self._native, self._native_params))   # gone at close
             self.annotate(grad_ready_hooks="c++" if mod is not None else "python")   # run.json says which
         return self._native
 
@@ -135,13 +132,13 @@ class PhaseHooks:
         """Move every parameter from the C++ hooks to the Python ones, for the rest of the run.
         Compiled autograd runs a compiled graph in place of the autograd engine, and that graph
         calls the Python hooks but not a node hook written in C++ (checked: 0 stamps there)."""
-        native, self._native = self._native, None
-        rows = native.take().numpy()           # this step's stamps so far stay this step's
-        self._ready.extend((int(i), int(t) + _SKEW, int(m)) for i, t, m in rows)
-        native.remove()
-        for p, i in self._native_params:
+        log, self._native = self._native, None
+        rows = log.take().numpy()              # this step's stamps so far stay this step's
+        self._ready.extend((int(i), int(t) + clock.skew_ns(), int(m)) for i, t, m in rows)
+        params = list(self._native_params)
+        native.Hooks(log, self._native_params).remove()
+        for p, i in params:
             self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
-        self._native_params = []
         self.annotate(grad_ready_hooks=f"python ({why})")
 
     def _take_ready(self):
@@ -150,8 +147,8 @@ class PhaseHooks:
         if self._native is None:
             return self._ready
         rows = self._native.take().numpy()
-        if _SKEW:
-            rows[:, 1] += _SKEW
+        if clock.skewed():
+            rows[:, 1] += clock.skew_ns()
         if not self._ready:
             return rows
         both = np.concatenate([rows, np.asarray(self._ready, dtype=np.int64).reshape(-1, 3)])
@@ -161,6 +158,7 @@ class PhaseHooks:
         """A post-accumulate-grad hook that stamps parameter ``index``'s gradient as ready."""
         # time.monotonic_ns itself when no test skew is set: one Python call less per parameter
         ready, now = self._ready, (clock.local_ns if clock.skewed() else time.monotonic_ns)
+        self.meta_extra.setdefault("grad_ready_hooks", "python")    # run.json, unless c++ came first
 
         def hook(p, _i=index):
             # A plain tuple in GradReady's field order: building the NamedTuple here cost ~650 ns
@@ -222,7 +220,7 @@ class PhaseHooks:
             self._bwd_depth += 1
             return None
         self._bwd_depth = 1
-        if self._native is not None and _compiled_autograd():
+        if self._native is not None and native.compiled_autograd_on():
             self._python_hooks_instead("compiled autograd")
         t = self.now()
         if self._step_start is None:
@@ -344,26 +342,29 @@ class PhaseHooks:
         self.add_hook_handle(module.register_forward_pre_hook(self.forward_pre, prepend=prepend))
         self.add_hook_handle(module.register_forward_hook(self.forward_post, prepend=prepend, always_call=True))
 
-    def index_params(self, module: torch.nn.Module, hook_grads: bool = True) -> dict[int, int]:
+    def index_params(self, module: torch.nn.Module, hook_grads: bool = True, held: bool = False) -> dict[int, int]:
         """Number the parameters (first seen, first numbered) and hook their gradient accumulation.
         Sharded DTensor parameters (FSDP2) get no hook: FSDP2 accumulates into separate unsharded
         tensors, and the reduce-scatter collectives mark when a group's gradients were ready.
-        Returns id(param) → index for the module's parameters."""
+        ``held``: DDP's reducer holds these parameters' AccumulateGrad nodes for its life, so the
+        C++ hooks (which hold them too) may take them; elsewhere a held node could outlive a change
+        of its parameter's shape (FSDP1 swaps a flat parameter between its shard and the whole:
+        the held node then rejected the whole gradient, checked). Returns id(param) → index."""
         names = {id(p): n for n, p in module.named_parameters()}
-        self.index_tensors(module.parameters(), names, hook_grads)
+        self.index_tensors(module.parameters(), names, hook_grads, held)
         return {id(p): self._param_index[id(p)][0] for p in module.parameters()}
 
     def index_tensors(self, params: Iterable[torch.Tensor], names: dict[int, str] | None = None,
-                      hook_grads: bool = True) -> None:
+                      hook_grads: bool = True, held: bool = False) -> None:
         for p in params:
             if id(p) in self._param_index:
                 continue
             i = len(self._param_index)
             self._param_index[id(p)] = (i, (names or {}).get(id(p), f"param{i}"))
             if hook_grads and p.requires_grad and p.is_leaf and not _is_dtensor(p):
-                native = self._native_log()
-                if native is not None:
-                    native.hook(p, i)
+                log = self._native_log() if held else None
+                if log is not None:
+                    log.hook(p, i)
                     self._native_params.append((p, i))
                 else:
                     self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
@@ -379,14 +380,6 @@ class PhaseHooks:
         self.annotate(model=facts, device=device)
         if device == "cuda":
             self.use_cuda(next(module.parameters()).device)
-
-
-def _compiled_autograd() -> bool:
-    """Whether torch's compiled autograd may run the next backward (only if torch._dynamo is loaded)."""
-    ca = sys.modules.get("torch._dynamo.compiled_autograd")
-    cfg = sys.modules.get("torch._dynamo.config")
-    return bool((ca is not None and getattr(ca, "compiled_autograd_enabled", False))
-                or (cfg is not None and getattr(cfg, "compiled_autograd", False)))
 
 
 def _is_dtensor(t) -> bool:

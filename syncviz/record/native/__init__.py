@@ -122,6 +122,26 @@ def build(say=None) -> str | None:
         return why
 
 
+class Hooks:
+    """A ReadyLog's hooks as one hook handle (Recorder.add_hook_handle): remove() takes every hook
+    off and lets go of the parameters."""
+
+    def __init__(self, log, params: list):
+        self.log, self.params = log, params
+
+    def remove(self) -> None:
+        self.log.remove()
+        self.params.clear()
+
+
+def compiled_autograd_on() -> bool:
+    """Whether torch's compiled autograd may run the next backward (only if torch._dynamo is loaded)."""
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    cfg = sys.modules.get("torch._dynamo.config")
+    return bool((ca is not None and getattr(ca, "compiled_autograd_enabled", False))
+                or (cfg is not None and getattr(cfg, "compiled_autograd", False)))
+
+
 def main() -> int:
     why = build(lambda msg: print(msg, file=sys.stderr))
     if why:
