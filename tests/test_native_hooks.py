@@ -57,25 +57,55 @@ def test_the_same_rows_as_the_python_hooks(tmp_path):
         assert len(mine) == len(names) and bkt["ready_ns"] == mine["end_ns"].max() <= bkt["launch_ns"]
 
 
+# a DDP model of one rank (its reducer holds the parameters' nodes, as in any DDP run) and a recorder
+PRELUDE = textwrap.dedent("""
+    import gc, json, tempfile, weakref, torch
+    import torch.distributed as dist
+    from pathlib import Path
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from syncviz.record.recorder import Recorder
+    out = tempfile.mkdtemp()
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=0, world_size=1)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    ddp = DDP(net)
+    rec = Recorder(out, rank=0, world_size=1)
+    rec.stop_discovery()                 # as instrument_ddp does: no root discovery holding modules
+    rec.index_params(ddp.module, held=True)
+""")
+
+
+def test_a_discarded_ddp_model_is_freed_with_its_hooks():
+    """The log holds each node weakly: a DDP model let go of is freed (its parameters with it, on a
+    GPU their memory), and its hooks with its nodes."""
+    code = PRELUDE + textwrap.dedent("""
+        log = rec._native
+        ddp(torch.randn(3, 4)).sum().backward()
+        assert len(log.take()) == 4 and log.hooks() == 4
+        param = weakref.ref(net[0].weight)
+        del ddp, net
+        gc.collect()
+        assert param() is None and log.hooks() == 0
+        rec.close()
+        print("OK")
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]
+
+
 def test_every_hook_goes_at_close_and_stamps_follow_micro_steps():
-    code = textwrap.dedent("""
-        import tempfile, torch
-        from syncviz.record.recorder import Recorder
-        net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
-        rec = Recorder(tempfile.mkdtemp(), rank=0, world_size=1)
-        rec.index_params(net, held=True)
+    code = PRELUDE + textwrap.dedent("""
         log = rec._native
         assert log is not None and log.hooks() == 4
         for micro in (0, 1):
             rec.micro = micro
-            net(torch.randn(3, 4)).sum().backward()
+            ddp(torch.randn(3, 4)).sum().backward()
         rows = log.take().numpy()
         assert sorted(rows[:, 0].tolist()) == [0, 0, 1, 1, 2, 2, 3, 3], rows
         assert rows[:4, 2].tolist() == [0] * 4 and rows[4:, 2].tolist() == [1] * 4
         assert (rows[1:, 1] >= rows[:-1, 1]).all()
         rec.close()
         assert log.hooks() == 0
-        net(torch.randn(3, 4)).sum().backward()
+        ddp(torch.randn(3, 4)).sum().backward()
         assert len(log.take()) == 0
         print("OK")
     """)
@@ -109,6 +139,8 @@ def test_compiled_autograd_moves_to_the_python_hooks():
         from syncviz.record.recorder import Recorder
         out = tempfile.mkdtemp()
         net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+        # the nodes held as DDP's reducer holds them (compiled autograd refuses DDP's C++ reducer)
+        held = [p.view_as(p).grad_fn.next_functions[0][0] for p in net.parameters()]
         rec = Recorder(out, rank=0, world_size=1)
         rec.index_params(net, held=True)
         assert rec._native is not None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 from typing import Iterable
 
 import numpy as np
@@ -123,7 +124,7 @@ class PhaseHooks:
             if mod is not None:
                 self._native = mod.ReadyLog()
                 self._native.set_micro(self._micro)
-                self._native_params: list = []         # (param, index): for _python_hooks_instead
+                self._native_params: list = []         # (weakref to param, index): _python_hooks_instead
                 self.add_hook_handle(native.Hooks(self._native, self._native_params))   # gone at close
             self.annotate(grad_ready_hooks="c++" if mod is not None else "python")   # run.json says which
         return self._native
@@ -135,10 +136,11 @@ class PhaseHooks:
         log, self._native = self._native, None
         rows = log.take().numpy()              # this step's stamps so far stay this step's
         self._ready.extend((int(i), int(t) + clock.skew_ns(), int(m)) for i, t, m in rows)
-        params = list(self._native_params)
+        params = [(ref(), i) for ref, i in self._native_params]
         native.Hooks(log, self._native_params).remove()
         for p, i in params:
-            self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
+            if p is not None:
+                self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
         self.annotate(grad_ready_hooks=f"python ({why})")
 
     def _take_ready(self):
@@ -146,9 +148,7 @@ class PhaseHooks:
         local ns, micro) when the C++ hooks stamped them (rows of both: in stamp order)."""
         if self._native is None:
             return self._ready
-        rows = self._native.take().numpy()
-        if clock.skewed():
-            rows[:, 1] += clock.skew_ns()
+        rows = self._native.take().numpy() + np.array([0, clock.skew_ns(), 0], dtype=np.int64)
         if not self._ready:
             return rows
         both = np.concatenate([rows, np.asarray(self._ready, dtype=np.int64).reshape(-1, 3)])
@@ -365,7 +365,7 @@ class PhaseHooks:
                 log = self._native_log() if held else None
                 if log is not None:
                     log.hook(p, i)
-                    self._native_params.append((p, i))
+                    self._native_params.append((weakref.ref(p), i))
                 else:
                     self.add_hook_handle(p.register_post_accumulate_grad_hook(self.grad_hook(i)))
 

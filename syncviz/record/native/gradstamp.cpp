@@ -23,7 +23,6 @@
 namespace {
 
 using torch::autograd::variable_list;
-using NodePtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<at::Tensor>()));
 
 struct Buffer {
   std::mutex lock;             // a backward on several devices runs hooks on several threads
@@ -57,14 +56,16 @@ class ReadyLog {
   ReadyLog() : buffer_(std::make_shared<Buffer>()) {}
   ~ReadyLog() { remove(); }
 
-  // Stamp ``param``'s gradient as ready after each accumulation, as parameter ``index``. The node
-  // is held: autograd keeps only a weak reference, and a new node would not have the hook.
+  // Stamp ``param``'s gradient as ready after each accumulation, as parameter ``index``. Only for
+  // a parameter whose node someone holds for as long as it trains (DDP's reducer): autograd keeps
+  // a weak reference only, and a node made anew would not have the hook. This log holds it weakly
+  // too, so a discarded DDP model's parameters are freed with it, and its hooks go with the node.
   void hook(const at::Tensor& param, int64_t index) {
     auto node = torch::autograd::impl::grad_accumulator(param);
     TORCH_CHECK(node, "syncviz: no gradient accumulator (not a leaf that requires grad)");
     auto& hooks = node->post_hooks();
     hooks.insert(hooks.begin(), std::make_unique<Stamp>(index, buffer_));
-    held_.emplace_back(node, reinterpret_cast<std::uintptr_t>(hooks.front().get()));
+    held_.emplace_back(WeakNode(node), reinterpret_cast<std::uintptr_t>(hooks.front().get()));
   }
 
   void set_micro(int64_t micro) { buffer_->micro.store(micro, std::memory_order_relaxed); }
@@ -87,17 +88,25 @@ class ReadyLog {
     buffer_->rows.clear();
   }
 
-  int64_t hooks() const { return static_cast<int64_t>(held_.size()); }
+  // Hooks in place: on nodes still alive.
+  int64_t hooks() const {
+    int64_t n = 0;
+    for (const auto& entry : held_) n += entry.first.expired() ? 0 : 1;
+    return n;
+  }
 
-  // Remove every hook this log added and let go of the nodes (the recorder's close).
+  // Remove every hook this log added (the recorder's close).
   void remove() {
-    for (auto& [node, key] : held_) node->del_post_hook(key);
+    for (auto& [weak, key] : held_) {
+      if (auto node = weak.lock()) node->del_post_hook(key);
+    }
     held_.clear();
   }
 
  private:
+  using WeakNode = c10::weak_intrusive_ptr<torch::autograd::Node>;
   std::shared_ptr<Buffer> buffer_;
-  std::vector<std::pair<NodePtr, std::uintptr_t>> held_;
+  std::vector<std::pair<WeakNode, std::uintptr_t>> held_;
 };
 
 }  // namespace
