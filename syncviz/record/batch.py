@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 from syncviz.record.columns import ARRAY_ROWS, GradBlock, RowGrads, StepColumns
 from syncviz.record.events import BucketCall, CollectiveCall, Phase
 from syncviz.trace import schema as S
@@ -38,8 +36,6 @@ def build_batch(step: int, *, phases: list[Phase], ready, buckets: list[BucketCa
         spans.append((p.start, p.end, p.kind))
     # hooks append plain tuples in GradReady's order; many become arrays, a few rows right here
     # (or an (n, 3) int64 array from the C++ hooks: record/native)
-    if len(ready) < ARRAY_ROWS and isinstance(ready, np.ndarray):
-        ready = [tuple(r) for r in ready.tolist()]
     grads = GradBlock(ready, base) if len(ready) >= ARRAY_ROWS else RowGrads(ready, base, add, param_name)
     # What each bucket's hook really sent (a compression hook sends less than the bucket holds):
     # the collectives issued inside it.

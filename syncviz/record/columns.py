@@ -36,9 +36,10 @@ class RowGrads:
     """A few gradient-ready records, added as rows by ``add`` (batch.py's row adder) right away."""
     n = 0     # no rows left for an array block
 
-    def __init__(self, ready: list[tuple], base: int, add, param_name):
+    def __init__(self, ready, base: int, add, param_name):
         self._by: dict[tuple[int, int], int] = {}
-        for param, t_local, micro in ready:
+        # the C++ hooks' (n, 3) array (record/native) as Python ints, as the Python hooks' tuples hold
+        for param, t_local, micro in (ready.tolist() if isinstance(ready, np.ndarray) else ready):
             t = t_local + base
             add(S.GRAD_READY, param_name(param), t, t, micro=max(micro, 0))
             key = (micro, param)

@@ -38,8 +38,8 @@ def extensions_dir() -> Path:
     """Where the ops are built (and set TORCH_EXTENSIONS_DIR so the ranks use the same place)."""
     d = os.environ.get("TORCH_EXTENSIONS_DIR") or os.environ.get("SYNCVIZ_TORCH_EXTENSIONS_DIR")
     if not d:
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(cache, "syncviz", "torch_extensions")
+        from syncviz.record.native import cache_root      # syncviz's one cache folder
+        d = str(cache_root() / "torch_extensions")
     os.environ["TORCH_EXTENSIONS_DIR"] = d
     Path(d).mkdir(parents=True, exist_ok=True)
     return Path(d)

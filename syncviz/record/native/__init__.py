@@ -76,13 +76,6 @@ def load():
     return module
 
 
-def built() -> bool:
-    try:
-        return _library(build_dir()) is not None
-    except OSError:
-        return False
-
-
 def build(say=None) -> str | None:
     """Build it unless a build for this torch and Python is there. Returns None when it is ready,
     else why not (one line: no compiler, a failed build, an unwritable cache)."""
