@@ -43,12 +43,29 @@ def test_rank_skipping_a_collective_is_reported_and_stopped(tmp_path):
     # rank 1 in the script's sleep, rank 0 inside the all_reduce it launched
     main = rep["main_thread"]
     assert main["1"][0].startswith("/") and "in sleep" not in main["1"][0]   # time.sleep is C: no frame
-    assert any(f.endswith("hang_skip.py:31 in <module>") for f in main["1"][:2]), main["1"]
+    assert any(f.endswith("hang_skip.py:41 in <module>") for f in main["1"][:2]), main["1"]
     assert any("all_reduce" in f for f in main["0"][:3]), main["0"]
-    assert any(f.endswith("hang_skip.py:32 in <module>") for f in main["0"]), main["0"]
+    assert any(f.endswith("hang_skip.py:42 in <module>") for f in main["0"]), main["0"]
     assert "Thread 0x" in rep["stacks"]["0"] and "watchdog.py" in rep["stacks"]["0"]   # every thread
-    assert "rank 1's main thread" in p.stderr and "hang_skip.py:31 in <module>" in p.stderr
-    assert "hang_skip.py:32 in <module>" in p.stderr and "syncviz/record/collectives.py" not in p.stderr
+    assert "rank 1's main thread" in p.stderr and "hang_skip.py:41 in <module>" in p.stderr
+    assert "hang_skip.py:42 in <module>" in p.stderr and "syncviz/record/collectives.py" not in p.stderr
+
+
+def test_a_rank_skipping_a_ddp_backward_leaves_the_other_in_its_bucket(tmp_path):
+    """DDP's buckets are timed in C++ (record/timed_group.py): a bucket launched and not done is
+    still seen by the watchdog's thread (TimedGroup.inflight), so the report names it."""
+    p = syncviz("trace", "--nproc-per-node", 2, "--hang-timeout", 5, "--out", tmp_path / "run",
+                SCRIPTS / "hang_skip.py", "--steps", 6, "--skip", 3, "--ddp")
+    print(p.stderr)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert "step 3: all_reduce 'bucket 0 (allreduce)'" in p.stderr and "ranks 1 never launched it" in p.stderr
+    stuck = json.loads((tmp_path / "run" / "hang.json").read_text())["stuck"][0]
+    assert stuck["op"] == "all_reduce" and stuck["step"] == 3 and stuck["bucket"] == 0
+    assert stuck["ranks"]["0"]["state"] == "bucket launched, not done" and stuck["never_launched_by"] == [1]
+    run = load_run(tmp_path / "run")
+    assert run.meta["ddp_bucket_timing"] == "c++"
+    b = run.events[run.events["kind"] == "bucket"]
+    assert sorted(b["step"].unique()) == [0, 1, 2] and (b["bytes"] == stuck["bytes"]).all()
 
 
 def test_syntax_error_names_the_first_rank_and_its_reason(tmp_path):

@@ -1,5 +1,5 @@
-"""syncviz's C++ gradient-ready hooks (syncviz/record/native): built, taken by the ranks of a real
-`syncviz trace`, the same rows as the Python hooks they replace (the same parameters, micro-steps and
+"""syncviz's C++ gradient-ready hooks and DDP bucket timing (syncviz/record/native): built, taken by
+the ranks of a real `syncviz trace`, the same rows as the Python hooks and group they replace (the same parameters, micro-steps and
 order; the training bit for bit), every hook gone at close, and a build that fails is one line once,
 not a compile per run. That each stamp comes before DDP's reducer launches the bucket is checked on
 every DDP configuration by test_reducer_group (launch_ns >= ready_ns): with the stamp appended after
@@ -40,6 +40,7 @@ def test_the_same_rows_as_the_python_hooks(tmp_path):
     py, py_saved, _ = _trace(tmp_path, "python", {native.ENV: "0"})
     cc, cc_saved, _ = _trace(tmp_path, "cpp", {})
     assert py.meta["grad_ready_hooks"] == "python" and cc.meta["grad_ready_hooks"] == "c++"
+    assert py.meta["ddp_bucket_timing"] == "python" and cc.meta["ddp_bucket_timing"] == "c++"
     for k, v in py_saved["params"].items():
         assert torch.equal(v, cc_saved["params"][k]), k
     cols = ["rank", "step", "micro", "name"]
@@ -55,6 +56,17 @@ def test_the_same_rows_as_the_python_hooks(tmp_path):
         names = lay[(lay["rank"] == bkt["rank"]) & (lay["layout"] == bkt["layout"]) & (lay["bucket"] == bkt["bucket"])]["param"]
         mine = g[(g["rank"] == bkt["rank"]) & (g["step"] == bkt["step"]) & (g["micro"] == bkt["micro"]) & g["name"].isin(names)]
         assert len(mine) == len(names) and bkt["ready_ns"] == mine["end_ns"].max() <= bkt["launch_ns"]
+    # DDP's buckets timed by the C++ group (timed_group.py): the Python group's rows, each bucket with
+    # its all_reduce row, both from one launch stamp and one done stamp
+    key = ["rank", "step", "micro", "bucket", "layout", "bytes", "dtype", "name", "op", "group_size", "phase"]
+    for kind in (S.BUCKET, S.COLLECTIVE):
+        a, b = (r.events[r.events["kind"] == kind][key].reset_index(drop=True) for r in (py, cc))
+        assert len(b) >= 2 * 3 and a.equals(b), kind     # ≥ a bucket per rank and step (in its last micro-step)
+    t = ["rank", "step", "bucket"]
+    bkt = ev[ev["kind"] == S.BUCKET].set_index(t).sort_index()
+    col = ev[ev["kind"] == S.COLLECTIVE].set_index(t).sort_index()
+    assert (bkt["start_ns"] == bkt["launch_ns"]).all() and (bkt["launch_ns"] == col["start_ns"]).all()
+    assert (bkt["end_ns"] == col["end_ns"]).all() and (bkt["end_ns"] > bkt["launch_ns"]).all()
 
 
 # a DDP model of one rank (its reducer holds the parameters' nodes, as in any DDP run) and a recorder
@@ -116,7 +128,7 @@ def test_every_hook_goes_at_close_and_stamps_follow_micro_steps():
 def test_a_failed_build_is_one_line_once(tmp_path, monkeypatch):
     broken = tmp_path / "gradstamp.cpp"
     broken.write_text("#error not today\n")
-    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setattr(native, "SOURCES", [broken])
     monkeypatch.setenv("SYNCVIZ_CACHE_DIR", str(tmp_path / "cache"))
     why = native.build()
     assert why and "\n" not in why

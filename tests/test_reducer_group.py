@@ -1,13 +1,15 @@
-"""DDP's default bucket all-reduce timed through the reducer's process group (record/reducer_group.py),
-on real DDP configurations with real torchrun on gloo: the training is bit for bit the same as
-without syncviz, every bucket is numbered and mapped to its parameters as DDP itself has them
-(DDP's own logging data), and the rows are the ones the comm-hook path records (slow)."""
+"""DDP's default bucket all-reduce timed through the reducer's process group, in C++
+(record/timed_group.py, the CPU default) and in Python (record/reducer_group.py: CUDA, --profile, no
+C++ build), on real DDP configurations with real torchrun on gloo: the training is bit for bit the
+same as without syncviz, every bucket is numbered and mapped to its parameters as DDP itself has
+them (DDP's own logging data), and the rows are the ones the comm-hook path records (slow)."""
+
 import pytest
 import torch
 
 from syncviz.trace import load_run
 from syncviz.trace import schema as S
-from test_e2e_ddp import SCRIPTS, syncviz, torchrun
+from test_e2e_ddp import ENV, SCRIPTS, syncviz, torchrun
 
 pytestmark = pytest.mark.slow
 CONFIGS = ["default", "unused", "static", "view", "accum", "join", "buffers", "regroup"]
@@ -19,8 +21,14 @@ def _rebuilt(saved: dict) -> dict[int, list[str]]:
     return {b: [names[int(i)] for i in part.split()] for b, part in enumerate(saved["rebuilt"].split(", "))}
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_default_allreduce_timed_without_a_hook(tmp_path, config):
+# the Python group on the configurations that move its numbering most (accumulation, join, regroup)
+TIMINGS = [("c++", c) for c in CONFIGS] + [("python", c) for c in ("default", "accum", "join", "regroup")]
+
+
+@pytest.mark.parametrize("timing,config", TIMINGS)
+def test_default_allreduce_timed_without_a_hook(tmp_path, monkeypatch, timing, config):
+    if timing == "python":      # no C++ for this run (SYNCVIZ_NATIVE_HOOKS=0 reaches the ranks through ENV)
+        monkeypatch.setitem(ENV, "SYNCVIZ_NATIVE_HOOKS", "0")
     args = [SCRIPTS / "ddp_configs.py", "--config", config, "--steps", 6 if config == "regroup" else 4]
     torchrun(2, *args, "--save", tmp_path / "plain.pt")
     syncviz("trace", "--nproc-per-node", 2, "--out", tmp_path / "run", "--quiet", *args, "--save", tmp_path / "traced.pt")
@@ -29,6 +37,7 @@ def test_default_allreduce_timed_without_a_hook(tmp_path, config):
         assert torch.equal(v, traced["params"][k]), k
     run = load_run(tmp_path / "run")
     assert run.meta["ddp"]["comm_hook"] == "default (allreduce, 1/N)"
+    assert run.meta["ddp_bucket_timing"] == timing
     ev = run.events
     b = ev[ev["kind"] == S.BUCKET]
     lay = run.layouts
@@ -91,10 +100,11 @@ def _fallback_worker(rank: int, out: str, store: str) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from syncviz import record
     from syncviz.record import reducer_group as RG
+    from syncviz.record import timed_group as TG
 
-    def refuse(*_a, **_k):        # a torch whose reducer takes no Python process group
-        raise TypeError("reducer refuses a Python ProcessGroup")
-    RG.ReducerGroup = refuse
+    def refuse(*_a, **_k):        # a torch whose reducer takes no other process group
+        raise TypeError("reducer refuses a wrapped ProcessGroup")
+    RG.ReducerGroup = TG.TimedBuckets = refuse
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     with record.tracing(out, name="fallback"):
         torch.manual_seed(0)

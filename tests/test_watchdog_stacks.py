@@ -2,14 +2,16 @@
 stack to stacks-<rank>.txt, a script's own handler for it is never replaced (not at arming, and not
 at close, where faulthandler.unregister would restore the action from before), and a dump nobody
 asked for leaves no file. Each case runs in a fresh interpreter: a wrongly restored default action
-of a real-time signal terminates the process."""
+of a real-time signal terminates the process. Also when the in-flight state is written."""
+import json
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
-from syncviz.record.watchdog import STACKS_SIGNAL
+from syncviz.record.watchdog import STACKS_SIGNAL, Watchdog
 
 pytestmark = pytest.mark.skipif(STACKS_SIGNAL is None, reason="no real-time signals on this platform")
 
@@ -76,3 +78,24 @@ def test_no_dump_asked_leaves_no_file_and_the_default_action(tmp_path):
         print("SURVIVED")
     """)
     assert "FILES [] True" in p.stdout and "SURVIVED" not in p.stdout and p.returncode == -STACKS_SIGNAL
+
+
+def test_a_moving_state_is_written_now_and_then_and_a_settled_one_at_once(tmp_path, monkeypatch):
+    """poll(): the first state at once; while it changes at every poll, at most every MOVING_WRITE_S;
+    once it holds for a poll (a stuck rank), at once."""
+    from syncviz.record import watchdog
+    state = {"step": 0, "micro": 0, "steps_written": 0, "collectives": [], "buckets": [], "now": 0}
+    rec = types.SimpleNamespace(run_dir=str(tmp_path), rank=0, inflight=lambda: dict(state))
+    w = Watchdog(rec)
+    path = tmp_path / watchdog.inflight_file(0)
+    assert w.poll() and json.loads(path.read_text())["step"] == 0
+    state["step"] = 1
+    assert not w.poll()                                      # moving: not yet
+    assert w.poll() and json.loads(path.read_text())["step"] == 1   # the same at the next poll: settled
+    assert not w.poll()                                      # written already
+    for step in (2, 3):
+        state["step"] = step
+        assert not w.poll()
+    monkeypatch.setattr(watchdog, "MOVING_WRITE_S", 0.0)
+    state["step"] = 4
+    assert w.poll() and json.loads(path.read_text())["step"] == 4   # MOVING_WRITE_S after the last write

@@ -375,3 +375,8 @@ def uninstall() -> None:
 
 def installed() -> bool:
     return bool(_ORIG)
+
+
+def recording(rec) -> bool:
+    """Whether ``rec``'s collectives are being recorded (bucket_all_reduce's all_reduce rows)."""
+    return _REC is rec and not rec.quiet and not rec.closed

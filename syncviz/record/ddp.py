@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from syncviz.record import reducer_group as RG
+from syncviz.record import timed_group as TG
 from syncviz.record.collectives import bucket_all_reduce, tensor_bytes
 from syncviz.record.cudaclock import timing_event
 
@@ -44,6 +45,7 @@ class _BucketHook:
         self._layout = 0
         self._awaiting_rebuild = True               # DDP rebuilds its buckets once (and after a regroup)
         self.group: RG.ReducerGroup | None = None   # the reducer's wrapped group (default path on CPU)
+        self.timed: TG.TimedBuckets | None = None   # the group in C++, where it is used (timed_group.py)
         self._next = 0                              # the bucket index of the reducer's next all-reduce
         self._sizes: dict[int, list[int]] = {}     # layout -> its buckets' element counts
 
@@ -122,13 +124,23 @@ class _BucketHook:
         self.pg = ddp.process_group
         if self.group is not None:
             self.group = None
+            self._drop_timed()
             self.install_group(ddp)
 
     # ------------------------------------------------- DDP's default all-reduce, no hook (CPU)
     def install_group(self, ddp) -> None:
         """Time DDP's own bucket all-reduces: the reducer gets a wrapped group (reducer_group.py)."""
         self.note_layouts()
-        group = RG.ReducerGroup(self.pg, self.reducer_allreduce)
+        rec = self.rec
+        if TG.usable(ddp, rec):       # in C++ (timed_group.py); the same records as the Python group's
+            self.timed = TG.TimedBuckets(rec, self, self.pg)
+            self.timed.set_layout(self._layout, self._sizes.get(self._layout, []))
+            rec.bucket_sources.append(self.timed)
+            rec.micro_sinks.append(self.timed.group)
+            group = self.timed.group
+        else:
+            group = RG.ReducerGroup(self.pg, self.reducer_allreduce)
+        rec.annotate(ddp_bucket_timing="c++" if self.timed is not None else "python")
         ddp.reducer._update_process_group(group)
         self.group = group
 
@@ -138,6 +150,15 @@ class _BucketHook:
         if self.group is not None and ddp is not None:
             ddp.reducer._update_process_group(self.pg)
         self.group = None
+        self._drop_timed()
+
+    def _drop_timed(self) -> None:
+        """The C++ group's buckets so far go into the step's records; it records no more."""
+        timed, self.timed = self.timed, None
+        if timed is not None:
+            timed.settle()
+            self.rec.bucket_sources.remove(timed)
+            self.rec.micro_sinks.remove(timed.group)
 
     def note_layouts(self) -> None:
         """Which parameters each bucket of the current layout holds, once a layout. DDP rebuilds its
@@ -154,9 +175,13 @@ class _BucketHook:
                 self.rec.note_layout(self._layout, b.index(), b.parameters())
             sizes.append(b.buffer().numel())
         self._sizes[self._layout] = sizes
+        if self.timed is not None:
+            self.timed.set_layout(self._layout, sizes)
 
     def forward_pre(self, _module, _args):
         self._next = 0        # a backward pass reduces buckets from 0
+        if self.timed is not None:
+            self.timed.group.next_pass()
 
     def forward_post(self, _module, _args, _out):
         self.note_layouts()   # a no-op but for the forward that rebuilt the buckets

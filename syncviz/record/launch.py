@@ -217,12 +217,13 @@ def run_trace(argv: list[str]) -> Path:
 
 
 def _build_native(quiet: bool) -> None:
-    """The C++ gradient-ready hooks (record/native), built here before any rank starts (once per
-    torch and Python; ranks never build). Without them the ranks use the Python hooks."""
+    """syncviz's C++ recording hooks (record/native: gradient-ready stamps, DDP's bucket timing),
+    built here before any rank starts (once per torch and Python; ranks never build). Without them
+    the ranks use the Python hooks and group."""
     from syncviz.record import native
     why = native.build(None if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True)))
     if why:
-        print(f"[syncviz] C++ gradient-ready hooks not built ({why}); the Python hooks record the same "
+        print(f"[syncviz] C++ recording hooks not built ({why}); the Python ones record the same "
               f"rows with more overhead", file=sys.stderr, flush=True)
 
 

@@ -104,17 +104,6 @@ class PhaseHooks:
         self._fwd_open = []
 
     # ------------------------------------------------------------------ gradient ready
-    # The micro-step a gradient-ready stamp belongs to: the C++ hooks read it from their log.
-    @property
-    def micro(self) -> int:
-        return self._micro
-
-    @micro.setter
-    def micro(self, value: int) -> None:
-        self._micro = value
-        if self._native is not None:
-            self._native.set_micro(value)
-
     def _native_log(self):
         """The C++ gradient-ready log (record/native), created at the first parameter given to it;
         None where it is not built or is switched off: the Python hooks below record the same rows."""
@@ -123,6 +112,7 @@ class PhaseHooks:
             mod = native.load()
             if mod is not None:
                 self._native = mod.ReadyLog()
+                self.micro_sinks.append(self._native)   # the micro-step its stamps belong to
                 self._native.set_micro(self._micro)
                 self._native_params: list = []         # (weakref to param, index): _python_hooks_instead
                 self.add_hook_handle(native.Hooks(self._native, self._native_params))   # gone at close
@@ -135,6 +125,7 @@ class PhaseHooks:
         calls the Python hooks but not a node hook written in C++ (checked: 0 stamps there)."""
         self._ready[:] = [tuple(r) for r in self._take_ready().tolist()]   # this step's stamps stay
         log, self._native = self._native, None
+        self.micro_sinks.remove(log)
         params = [(ref(), i) for ref, i in self._native_params]
         native.Hooks(log, self._native_params).remove()
         for p, i in params:

@@ -12,7 +12,6 @@ Recorder's underscored state. Starting one and hooking torch is api.py's job.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -20,18 +19,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
-import torch
 
-from syncviz import __version__
 from syncviz.record import clock
 from syncviz.record.batch import apply_cuda_times, build_batch, stamp_late_ends
-from syncviz.record.discover import RootDiscovery, name_strategy
+from syncviz.record.discover import RootDiscovery
 from syncviz.record.alignment import ProcessGroupClock
 from syncviz.record.cudaclock import CudaTimes, timing_event, wait_for
 from syncviz.record.events import BucketCall, BucketScope, CollectiveCall, Phase
 from syncviz.record.options import StepSelection
 from syncviz.record.phases import PhaseHooks, release_backward_wrapper
-from syncviz.trace import RankWriter, new_meta, write_json_atomic
+from syncviz.record.runmeta import write_run_meta
+from syncviz.trace import RankWriter
 from syncviz.trace import schema as S
 
 
@@ -75,6 +73,8 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         # the current step's records
         self.step = 0
         self._native, self._native_tried = None, False    # record/native's C++ gradient-ready log, if built
+        self.micro_sinks: list = []             # C++ logs that stamp the micro-step (set_micro)
+        self.bucket_sources: list = []          # timed_group.TimedBuckets: records taken at end_step
         self.micro = -1
         self._phases: list[Phase] = []
         self._ready: list = []                  # GradReady records
@@ -100,7 +100,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._step_callbacks: list[Callable[[int], None]] = []
         self.grad_values = None                 # record/grads.py when --grad-values (opt-in)
         self.closed = False
-        self._last_meta_write = 0.0
+        self.meta_written_at = 0.0             # when run.json was last written (runmeta.py)
         self._meta_identity: dict | None = None  # run.json's run_id and created, once written
         self.observed: dict[str, Any] = {}      # what ran, as seen (discover.name_strategy names it)
         self._init_phases()
@@ -117,6 +117,17 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
     def in_bucket(self, index: int) -> BucketScope:
         """Collectives issued inside the block (on this thread) belong to bucket ``index``."""
         return BucketScope(self._tls, index)
+
+    @property
+    def micro(self) -> int:
+        """The micro-step (backward) in progress; the C++ logs that stamp it read it from their own copy."""
+        return self._micro
+
+    @micro.setter
+    def micro(self, value: int) -> None:
+        self._micro = value
+        for sink in self.micro_sinks:
+            sink.set_micro(value)
 
     @property
     def quiet(self) -> bool:
@@ -139,6 +150,10 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._buckets.append(call)
         return call
 
+    def add_bucket(self, call: BucketCall) -> None:
+        """A bucket timed elsewhere (record/timed_group.py: in C++), with its times set."""
+        self._buckets.append(call)
+
     def add_collective(self, call: CollectiveCall, device=None) -> CollectiveCall:
         """A collective (or an engine's own bucket row) of this step; ``.done`` set later (collective_done).
         On a CUDA ``device`` its start/end come from CUDA events, the start recorded now, just before
@@ -154,7 +169,8 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         return {"step": self.step, "micro": self.micro, "now": self.now(),
                 "steps_written": self._writer.steps_written if self._writer else 0,
                 "collectives": [c for c in list(self._collectives) if c.done < 0],
-                "buckets": [b for b in list(self._buckets) if b.done < 0]}
+                "buckets": [b for b in list(self._buckets) if b.done < 0]
+                + [b for src in list(self.bucket_sources) for b in src.inflight()]}
 
     def add_phase(self, kind: str, name: str, start: int, end: int, depth: int = -1) -> None:
         """A compute interval reported by an engine that has no hooks of its own (aligned ns)."""
@@ -235,26 +251,9 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
 
     # ---------------------------------------------------------------------- run.json (rank 0)
     def write_meta(self, finished: bool = False) -> None:
-        if self.rank != 0:
-            return
-        meta = new_meta(self.name, self.world_size, command=self.command, backend=None,
-                        device="cpu", strategy=self.strategy or name_strategy(self.observed)[0], engine=self.engine,
-                        torch_version=torch.__version__, syncviz_version=__version__)
-        path = self.run_dir / S.RUN_FILE
-        if self._meta_identity is None:   # keep run_id/created of the first write (read once)
-            if path.exists():
-                with contextlib.suppress(Exception):
-                    old = json.loads(path.read_text())
-                    self._meta_identity = {"run_id": old["run_id"], "created": old["created"]}
-            if self._meta_identity is None:
-                self._meta_identity = {"run_id": meta["run_id"], "created": meta["created"]}
-        meta.update(self._meta_identity)
-        meta.update(self.meta_extra)
-        meta["strategy_detail"] = name_strategy(self.observed)[1]
-        meta["steps_recorded"] = self._writer.steps_written if self._writer else 0
-        meta["finished"] = finished
-        write_json_atomic(path, meta)
-        self._last_meta_write = time.monotonic()
+        if self.rank == 0:
+            self._meta_identity = write_run_meta(self, self._meta_identity,
+                                                 self._writer.steps_written if self._writer else 0, finished)
 
     # ------------------------------------------------------------------------- profiling
     def profile_range(self, index: int, nbytes: int):
@@ -269,6 +268,8 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         """Step boundary: turn this step's records into one record batch and write it."""
         step = self.step
         self._settle_forwards()
+        for source in self.bucket_sources:    # buckets timed in C++ (timed_group.py)
+            source.settle()
         self._phases.sort(key=_start_of)   # forwards are appended once a backward reached them
         if self._collectives:
             ops = self.observed.setdefault("collective_ops", [])
@@ -283,7 +284,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
             cols = self._build_batch(step)
             self._pending.append((cols, cuda, self._anchor, [c for c in late if c.done < 0], step))
             self._write_ready_steps()
-            if self.rank == 0 and time.monotonic() - self._last_meta_write > META_INTERVAL_S:
+            if self.rank == 0 and time.monotonic() - self.meta_written_at > META_INTERVAL_S:
                 self.write_meta()
         for cb in self._step_callbacks:
             cb(step)

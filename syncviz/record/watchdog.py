@@ -1,7 +1,8 @@
 """Hang forensics, rank side (as PyTorch's Flight Recorder does for NCCL): a light thread per rank
 that, every ``PERIOD_S``, reads the recorder's in-flight state (Recorder.inflight(): the current
 step and its unfinished collectives and buckets) and writes it to ``inflight-<rank>.json`` in the
-run directory, atomically and only when it changed. It never touches the training hot path; the
+run directory, atomically, when it changed and either settled (a stuck rank's state: written within
+two polls) or was last written MOVING_WRITE_S ago. It never touches the training hot path; the
 launcher (record/hangs.py) reads these files to say who is stuck in what.
 
 A blocking gloo collective releases the GIL while it waits, so this thread keeps running while
@@ -21,11 +22,17 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 
 from syncviz.trace import write_json_atomic
 
 PERIOD_S = 1.0
+# While the rank moves on, its state changes at every poll; it is written then at most this often,
+# and at once when it stops changing (two polls alike: a rank stuck in something). Writing each
+# change cost ~2.6 ms of CPU a second on a short-steps rank (~0.25%; mkstemp, fchmod, rename,
+# py-spy at 500 Hz); the launcher's hang deadline is ≥ 60 s unless --hang-timeout sets it.
+MOVING_WRITE_S = 10.0
 
 
 # SIGRTMIN + 6: clear of glibc's own real-time signals (Python's SIGRTMIN is past them) and of the
@@ -46,7 +53,9 @@ class Watchdog:
         self.rec, self.period_s = rec, period_s
         self.path = Path(rec.run_dir) / inflight_file(rec.rank)
         self._stop = threading.Event()
-        self._last = None
+        self._last = None              # the state written last (its key)
+        self._seen = None              # the state of the previous poll
+        self._written_at = float("-inf")
         self._thread = threading.Thread(target=self._loop, name="syncviz-watchdog", daemon=True)
         self._stacks = None            # the open stacks file while STACKS_SIGNAL dumps into it
         self._static = {"pid": os.getpid(), "host": socket.gethostname(),
@@ -107,15 +116,16 @@ class Watchdog:
                               "age_s": round(max(0, now - t) / 1e9, 1)} for op, name, nb, b, t, st in calls]}
 
     def poll(self) -> bool:
-        """Write the state when it changed; True when written."""
+        """Write the state when it changed and settled, or MOVING_WRITE_S after the last write; True when written."""
         state = self.state()
         key = self._key(state)
-        if key == self._last:
+        settled, self._seen = key == self._seen, key
+        now = time.monotonic()
+        if key == self._last or not (settled or now - self._written_at >= MOVING_WRITE_S):
             return False
-        import time
         state["written_unix"] = time.time()
         write_json_atomic(self.path, state)
-        self._last = key
+        self._last, self._written_at = key, now
         return True
 
     def _loop(self) -> None:

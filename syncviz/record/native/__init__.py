@@ -1,13 +1,15 @@
-"""syncviz's one piece of C++: gradient-ready stamps without a Python call per parameter
-(gradstamp.cpp), built once per torch and Python with torch's own extension builder.
+"""syncviz's C++, one extension built once per torch and Python with torch's own extension builder:
+gradient-ready stamps without a Python call per parameter (gradstamp.cpp), and DDP's bucket
+all-reduce timed in a process group without Python (timedgroup.cpp, record/timed_group.py).
 
 Built by ``syncviz trace`` before it starts the ranks (and by ``make install``:
 ``python -m syncviz.record.native``), never inside a rank: a rank only imports a finished build,
-and uses the Python hooks when there is none (``syncviz.instrument`` outside ``syncviz trace`` on a
-machine that never built it, no compiler, ``SYNCVIZ_NATIVE_HOOKS=0``). Both give the same rows.
+and uses the Python hooks and group when there is none (``syncviz.instrument`` outside ``syncviz
+trace`` on a machine that never built it, no compiler, ``SYNCVIZ_NATIVE_HOOKS=0``). Both give the
+same rows.
 
 Builds go to ``<cache>/native/gradstamp-<key>/`` (``$SYNCVIZ_CACHE_DIR``, else
-``$XDG_CACHE_HOME/syncviz`` or ``~/.cache/syncviz``), where the key digests the source, torch's
+``$XDG_CACHE_HOME/syncviz`` or ``~/.cache/syncviz``), where the key digests the sources, torch's
 version and ABI, and Python's. Each build runs in a fresh folder of its own, renamed into place
 when done: a build killed midway leaves only a folder nobody waits on (torch's own builder waits
 forever on a lock a killed build left behind).
@@ -22,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 NAME = "syncviz_gradstamp"
-SOURCE = Path(__file__).with_name("gradstamp.cpp")
+SOURCES = [Path(__file__).with_name(n) for n in ("gradstamp.cpp", "timedgroup.cpp")]
 ENV = "SYNCVIZ_NATIVE_HOOKS"
 _loaded: dict = {}
 
@@ -33,7 +35,9 @@ def enabled() -> bool:
 
 def _key() -> str:
     import torch
-    h = hashlib.sha1(SOURCE.read_bytes())
+    h = hashlib.sha1()
+    for src in SOURCES:
+        h.update(src.read_bytes())
     for part in (torch.__version__, getattr(torch.version, "git_version", ""), str(torch._C._GLIBCXX_USE_CXX11_ABI),
                  sys.version, sys.platform):
         h.update(str(part).encode())
@@ -93,10 +97,10 @@ def build(say=None) -> str | None:
     except OSError as e:
         return f"cannot write the build cache: {e}"
     if say:
-        say("[syncviz] building syncviz's C++ gradient-ready hooks for this torch (once, ~30 s)")
+        say("[syncviz] building syncviz's C++ recording hooks for this torch (once, ~45 s)")
     try:
         from torch.utils.cpp_extension import load as torch_load
-        torch_load(NAME, [str(SOURCE)], build_directory=str(work), extra_cflags=["-O2"], verbose=False)
+        torch_load(NAME, [str(s) for s in SOURCES], build_directory=str(work), extra_cflags=["-O2"], verbose=False)
         try:
             os.rename(work, final)
         except OSError:               # another build finished first: keep it, drop ours
@@ -138,9 +142,9 @@ def compiled_autograd_on() -> bool:
 def main() -> int:
     why = build(lambda msg: print(msg, file=sys.stderr))
     if why:
-        print(f"[syncviz] C++ gradient-ready hooks not built ({why}); the Python hooks will be used", file=sys.stderr)
+        print(f"[syncviz] C++ recording hooks not built ({why}); the Python ones will be used", file=sys.stderr)
         return 0          # not an install failure: the Python hooks record the same rows
-    print(f"[syncviz] C++ gradient-ready hooks: {_library(build_dir())}", file=sys.stderr)
+    print(f"[syncviz] C++ recording hooks: {_library(build_dir())}", file=sys.stderr)
     return 0
 
 

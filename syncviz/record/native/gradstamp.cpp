@@ -112,6 +112,8 @@ class ReadyLog {
 
 }  // namespace
 
+void bind_timed_group(pybind11::module_& m);   // timedgroup.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<ReadyLog>(m, "ReadyLog")
       .def(pybind11::init<>())
@@ -121,4 +123,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("clear", &ReadyLog::clear)
       .def("hooks", &ReadyLog::hooks)
       .def("remove", &ReadyLog::remove);
+  bind_timed_group(m);
 }
