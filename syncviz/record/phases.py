@@ -138,8 +138,9 @@ class PhaseHooks:
         local ns, micro) when the C++ hooks stamped them (rows of both: in stamp order)."""
         if self._native is None:
             return self._ready
-        rows = self._native.take().numpy()
-        rows[:, 1] += clock.skew_ns()                   # local_ns's clock (0 outside tests), in place
+        rows = self._native.take()
+        if clock.skewed():
+            rows[:, 1] += clock.skew_ns()               # local_ns's clock (tests only), in place
         if not self._ready:
             return rows
         both = np.concatenate([rows, np.asarray(self._ready, dtype=np.int64).reshape(-1, 3)])

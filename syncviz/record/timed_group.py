@@ -30,6 +30,7 @@ class TimedBuckets:
     def __init__(self, rec, hook, pg):
         self.rec, self.hook = rec, hook
         self.group = native.load().TimedGroup(pg)
+        self._size = pg.size()
         self.group.set_micro(rec.micro)
         self._dtypes: dict[int, tuple[str, int]] = {}     # scalar type code → (name, element size)
 
@@ -61,13 +62,12 @@ class TimedBuckets:
         if not len(rows):
             return
         rec = self.rec
-        size = self.hook.pg.size()
         with_rows = collectives.recording(rec)
         for call in self._calls(rows):
             rec.add_bucket(call)
             if with_rows:
                 rec.add_collective(CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", max(call.micro, 0),
-                                                  call.launch, call.nbytes, call.dtype, size, bucket=call.index,
+                                                  call.launch, call.nbytes, call.dtype, self._size, bucket=call.index,
                                                   done=call.done))
 
     def inflight(self) -> list[BucketCall]:

@@ -15,6 +15,7 @@
 // buckets strictly in index order, once per backward, so the calls are counted from the last
 // forward (next_pass) and each is checked against the current layout's bucket sizes.
 #include <torch/extension.h>
+#include <pybind11/numpy.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -128,19 +129,19 @@ class TimedGroup : public c10d::ProcessGroup {
 
   void set_micro(int64_t micro) { micro_ = micro; }
 
-  // The buckets called since the last take, shape (n, 7); a bucket not done yet has done -1.
-  at::Tensor take() {
+  // The buckets called since the last take, int64 (n, 7); a bucket not done yet has done -1.
+  pybind11::array_t<int64_t> take() {
     std::vector<int64_t> rows;
     {
       std::lock_guard<std::mutex> guard(rows_->lock);
       rows.swap(rows_->rows);
       rows_->first_seq = rows_->next_seq;
     }
-    return as_tensor(rows);
+    return as_array(rows);
   }
 
   // The buckets called and not done, without taking them (the hang watchdog's thread).
-  at::Tensor inflight() {
+  pybind11::array_t<int64_t> inflight() {
     std::vector<int64_t> open;
     {
       std::lock_guard<std::mutex> guard(rows_->lock);
@@ -149,7 +150,7 @@ class TimedGroup : public c10d::ProcessGroup {
         if (rows[i + 4] < 0) open.insert(open.end(), rows.begin() + i, rows.begin() + i + kCols);
       }
     }
-    return as_tensor(open);
+    return as_array(open);
   }
 
   c10::intrusive_ptr<c10d::ProcessGroup> inner() const { return inner_; }
@@ -173,10 +174,10 @@ class TimedGroup : public c10d::ProcessGroup {
     return i;
   }
 
-  static at::Tensor as_tensor(const std::vector<int64_t>& rows) {
-    const int64_t n = static_cast<int64_t>(rows.size()) / kCols;
-    auto out = torch::empty({n, kCols}, torch::kInt64);
-    if (n) std::memcpy(out.data_ptr<int64_t>(), rows.data(), rows.size() * sizeof(int64_t));
+  static pybind11::array_t<int64_t> as_array(const std::vector<int64_t>& rows) {   // with the GIL
+    const pybind11::ssize_t n = static_cast<pybind11::ssize_t>(rows.size()) / kCols;
+    pybind11::array_t<int64_t> out({n, static_cast<pybind11::ssize_t>(kCols)});
+    if (n) std::memcpy(out.mutable_data(), rows.data(), rows.size() * sizeof(int64_t));
     return out;
   }
 
