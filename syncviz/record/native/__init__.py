@@ -132,11 +132,13 @@ class Hooks:
 
 
 def compiled_autograd_on() -> bool:
-    """Whether torch's compiled autograd may run the next backward (only if torch._dynamo is loaded)."""
+    """Whether torch's compiled autograd may run the next backward (only if torch._dynamo is loaded).
+    Its module flag alone: ``torch._dynamo.config.compiled_autograd`` takes effect by running each
+    compiled frame inside ``compiled_autograd._enable``, which sets the flag (eval_frame.py, torch
+    2.13), and reading the config (a ConfigModule's ``__getattr__``) cost ~3 µs warm, several
+    times that once a backward with cold caches."""
     ca = sys.modules.get("torch._dynamo.compiled_autograd")
-    cfg = sys.modules.get("torch._dynamo.config")
-    return bool((ca is not None and getattr(ca, "compiled_autograd_enabled", False))
-                or (cfg is not None and getattr(cfg, "compiled_autograd", False)))
+    return ca is not None and bool(getattr(ca, "compiled_autograd_enabled", False))
 
 
 def main() -> int:
