@@ -12,7 +12,7 @@ DEV := .make-dev
 $(BASE): pyproject.toml setup.py
 	$(PIP) install -q "torch==$(TORCH_VERSION)"
 	$(PIP) install -q -e .
-	# the C++ gradient-ready hooks, built against this torch now rather than by the first trace
+	# the C++ recording hooks (gradient-ready stamps, DDP bucket timing), built against this torch now rather than by the first trace
 	$(PYTHON) -m syncviz.record.native
 	touch $(BASE)
 

@@ -100,7 +100,7 @@ def test_user_script_unchanged_with_accumulation_and_own_hook(tmp_path):
     assert [l for l in p.stdout.splitlines() if l.startswith("USER OUTPUT")] == [f"USER OUTPUT step {k}" for k in range(3)]
     assert p.stdout.count("SECOND_REGISTRATION_REFUSED") == 2   # DDP's only-once rule still holds
     run = load_run(tmp_path / "run")
-    assert run.meta["ddp"]["comm_hook"] == "my_mean_hook"
+    assert run.meta["ddp"]["comm_hook"] == "my_mean_hook" and run.meta["ddp_bucket_timing"] == "comm hook"
     ev = run.events
     assert set(ev[ev["kind"] == "forward"]["micro"]) == {0, 1}
     b = ev[ev["kind"] == "bucket"]

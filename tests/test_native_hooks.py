@@ -22,7 +22,7 @@ from test_e2e_ddp import ENV, SCRIPTS
 def test_built_and_loaded():
     assert native.build() is None        # make install built it (else it is built now)
     mod = native.load()
-    assert mod is not None and hasattr(mod, "ReadyLog")
+    assert mod is not None and hasattr(mod, "ReadyLog") and hasattr(mod, "TimedGroup")
 
 
 def _trace(tmp_path, name, env):

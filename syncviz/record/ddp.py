@@ -266,6 +266,7 @@ def instrument_ddp(rec, ddp: torch.nn.Module) -> torch.nn.Module:
         if h.group is not None:     # default path so far: the reducer back on its group, our hook in
             h.remove_group()
             type(_ddp).register_comm_hook(_ddp, None, syncviz_timed_hook)
+            rec.annotate(ddp_bucket_timing="comm hook")
         h.target, h.state, h.user_registered = hook, state, True
         h.name = getattr(hook, "__qualname__", getattr(hook, "__name__", "hook"))
         _ddp.logger._set_comm_hook_name(h.name)
