@@ -134,7 +134,7 @@ class _BucketHook:
         rec = self.rec
         if TG.usable(ddp, rec):       # in C++ (timed_group.py); the same records as the Python group's
             self.timed = TG.TimedBuckets(rec, self, self.pg)
-            self.timed.set_layout(self._layout, self._sizes.get(self._layout, []))
+            self.timed.group.set_layout(self._layout, self._sizes.get(self._layout, []))
             rec.bucket_sources.append(self.timed)
             rec.micro_sinks.append(self.timed.group)
             group = self.timed.group
@@ -176,7 +176,7 @@ class _BucketHook:
             sizes.append(b.buffer().numel())
         self._sizes[self._layout] = sizes
         if self.timed is not None:
-            self.timed.set_layout(self._layout, sizes)
+            self.timed.group.set_layout(self._layout, sizes)
 
     def forward_pre(self, _module, _args):
         self._next = 0        # a backward pass reduces buckets from 0

@@ -15,6 +15,7 @@ import contextlib
 import os
 import threading
 import time
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,10 +43,7 @@ LATE_STEPS = 16
 META_INTERVAL_S = 1.0
 
 
-def _start_of(phase) -> int:
-    return phase.start
-
-
+_start_of = attrgetter("start")          # a Phase's start: the step's phases sorted by it
 _NO_RANGE = contextlib.nullcontext()    # profile_range outside --profile: one, reused (it keeps no state)
 
 
@@ -100,7 +98,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self._step_callbacks: list[Callable[[int], None]] = []
         self.grad_values = None                 # record/grads.py when --grad-values (opt-in)
         self.closed = False
-        self.meta_written_at = 0.0             # when run.json was last written (runmeta.py)
+        self._last_meta_write = 0.0
         self._meta_identity: dict | None = None  # run.json's run_id and created, once written
         self.observed: dict[str, Any] = {}      # what ran, as seen (discover.name_strategy names it)
         self._init_phases()
@@ -251,9 +249,10 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
 
     # ---------------------------------------------------------------------- run.json (rank 0)
     def write_meta(self, finished: bool = False) -> None:
-        if self.rank == 0:
-            self._meta_identity = write_run_meta(self, self._meta_identity,
-                                                 self._writer.steps_written if self._writer else 0, finished)
+        if self.rank == 0:    # run_id and created: kept from the first write (write_run_meta)
+            steps = self._writer.steps_written if self._writer else 0
+            self._meta_identity = write_run_meta(self, self._meta_identity, steps, finished)
+            self._last_meta_write = time.monotonic()
 
     # ------------------------------------------------------------------------- profiling
     def profile_range(self, index: int, nbytes: int):
@@ -284,7 +283,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
             cols = self._build_batch(step)
             self._pending.append((cols, cuda, self._anchor, [c for c in late if c.done < 0], step))
             self._write_ready_steps()
-            if self.rank == 0 and time.monotonic() - self.meta_written_at > META_INTERVAL_S:
+            if self.rank == 0 and time.monotonic() - self._last_meta_write > META_INTERVAL_S:
                 self.write_meta()
         for cb in self._step_callbacks:
             cb(step)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 
 import torch
 
@@ -33,5 +32,4 @@ def write_run_meta(rec, identity: dict | None, steps_recorded: int, finished: bo
     meta["steps_recorded"] = steps_recorded
     meta["finished"] = finished
     write_json_atomic(path, meta)
-    rec.meta_written_at = time.monotonic()
     return identity

@@ -20,12 +20,13 @@ from syncviz.trace import schema as S
 def usable(ddp, rec) -> bool:
     """A CPU DDP model outside --profile, with a build that has the C++ group."""
     return (getattr(ddp, "device_type", None) == "cpu" and rec.profiler is None
-            and native.load() is not None and hasattr(native.load(), "TimedGroup"))
+            and hasattr(native.load(), "TimedGroup"))
 
 
 class TimedBuckets:
-    """The C++ group of one DDP model (``group``, what the reducer gets) and its records' source:
-    ``settle()`` at the step's end (Recorder.end_step), ``inflight()`` for the hang watchdog."""
+    """The C++ group of one DDP model (``group``, what the reducer gets; record/ddp.py gives it the
+    bucket layout and each forward) and its records' source: ``settle()`` at the step's end
+    (Recorder.end_step), ``inflight()`` for the hang watchdog."""
 
     def __init__(self, rec, hook, pg):
         self.rec, self.hook = rec, hook
@@ -33,9 +34,6 @@ class TimedBuckets:
         self._size = pg.size()
         self.group.set_micro(rec.micro)
         self._dtypes: dict[int, tuple[str, int]] = {}     # scalar type code → (name, element size)
-
-    def set_layout(self, layout: int, sizes: list[int]) -> None:
-        self.group.set_layout(layout, sizes)
 
     def _dtype(self, code: int) -> tuple[str, int]:
         if code not in self._dtypes:

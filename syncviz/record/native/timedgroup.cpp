@@ -153,8 +153,6 @@ class TimedGroup : public c10d::ProcessGroup {
     return as_array(open);
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroup> inner() const { return inner_; }
-
  private:
   // _BucketHook._number: the next bucket in order, checked by its size; if the calls and the
   // buckets are out of step, the next bucket of that size (then the first). Under rows_->lock.
@@ -205,6 +203,5 @@ void bind_timed_group(pybind11::module_& m) {
       .def("set_micro", &TimedGroup::set_micro)
       .def("take", &TimedGroup::take)
       .def("inflight", &TimedGroup::inflight)
-      .def("inner", &TimedGroup::inner)
       .def_static("dtype", [](int64_t code) { return static_cast<at::ScalarType>(code); });
 }
