@@ -16,7 +16,9 @@ import pyarrow as pa
 import pytest
 
 from syncviz.analysis import eventarrays as E
+from syncviz.analysis import keys as K
 from syncviz.analysis import partition_local as PL
+from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.partitioned import partitions
 from syncviz.trace import read as R
@@ -126,6 +128,37 @@ def test_kept_comm_rows_read_back_as_computed(tmp_path):
     for k, v in local.comm.items():
         assert np.array_equal(c[k], v, equal_nan=v.dtype.kind == "f") and c[k].dtype == v.dtype, k
     assert np.array_equal(x["order"], local.order) and x["order"].dtype == local.order.dtype
+
+
+@pytest.mark.parametrize("fixture", ["ddp-2rank", "straggler", "zero2", "truncated-rank"])
+def test_identity_index_from_codes_is_the_one_from_strings(fixture):
+    """keys.coded_index builds from_arrays' MultiIndex from the name and kind codes: the same levels
+    (values and dtypes), codes and names as from the strings; a dictionary that repeats a used string,
+    and no rows, take the strings' path."""
+    tables, *_ = R.read_ranks(R.rank_files(DATA / fixture))
+    local = PL.local_pass(E.from_tables(tables))
+    c, idents = local.comm, local.idents
+
+    def cols(names, name_codes, rows=slice(None)):
+        return [idents["step"][rows], idents["micro"][rows], (idents["kind"][rows], E.KIND_NAMES),
+                idents["bucket"][rows], (name_codes[rows], names), idents["occurrence"][rows]]
+
+    def same(columns):
+        a, b = K.coded_index(columns, Q.EVENT_KEY), K._strings_index(columns, Q.EVENT_KEY)
+        assert a.identical(b) and a.names == b.names
+        for la, lb, ca, cb in zip(a.levels, b.levels, a.codes, b.codes):
+            assert la.equals(lb) and la.dtype == lb.dtype and np.array_equal(ca, cb)
+        return a
+    assert PL.ident_index(c, idents).identical(same(cols(c["names"], idents["name"])))
+    assert len(idents["name"]) > 1 and K._coded_level(idents["name"], c["names"]) is not None
+    # names in reverse dictionary order, and an unused entry: still sorted strings, used ones only
+    flipped = np.r_[c["names"][::-1], np.array(["unused"], dtype=object)]
+    same(cols(flipped, len(c["names"]) - 1 - idents["name"]))
+    twice = np.r_[c["names"], c["names"]]       # every other row names the second copy
+    both = idents["name"] + len(c["names"]) * (np.arange(len(idents["name"])) % 2)
+    assert K._coded_level(both, twice) is None
+    same(cols(twice, both))
+    same(cols(c["names"], idents["name"], slice(0, 0)))
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 1001])

@@ -181,3 +181,43 @@ def unique_ints(x: np.ndarray) -> np.ndarray:
     if hi - lo > 4 * len(x) + (1 << 20):
         return np.sort(np.asarray(pd.unique(x)))
     return (np.flatnonzero(np.bincount((x - lo).astype(np.int64), minlength=hi - lo + 1)) + lo).astype(x.dtype)
+
+
+def coded_index(columns: list, names: list) -> pd.MultiIndex:
+    """pd.MultiIndex.from_arrays of ``columns`` (named ``names``), where a column is an integer array
+    or (codes, dictionary): each row's string is dictionary[code]. The same index (levels, their
+    dtypes, codes) without making a string per row and factorizing it again: ~2 ms against ~10 ms
+    for the 58,320 identities of a 10^8-event run's partition. Falls back to the strings themselves
+    when there are no rows or a used string appears twice in its dictionary."""
+    levels, codes = [], []
+    for col in columns:
+        if isinstance(col, tuple):
+            got = _coded_level(*col) if len(col[0]) else None
+            if got is None:
+                return _strings_index(columns, names)
+        else:
+            got = pd.factorize(col, sort=True)[::-1]
+        levels.append(got[0])
+        codes.append(got[1])
+    return pd.MultiIndex(levels=levels, codes=codes, names=names, verify_integrity=False)
+
+
+def _strings_index(columns: list, names: list) -> pd.MultiIndex:
+    """coded_index the reference way: from_arrays of the strings."""
+    return pd.MultiIndex.from_arrays(
+        [(col[1][col[0]] if len(col[1]) else np.array([], dtype=object)) if isinstance(col, tuple) else col
+         for col in columns], names=names)
+
+
+def _coded_level(codes: np.ndarray, dictionary: np.ndarray) -> tuple[pd.Index, np.ndarray] | None:
+    """The sorted distinct strings ``codes`` use, and each row's place among them: what
+    factorize(sort=True) gives of the strings. None if the dictionary repeats a used string."""
+    used = np.flatnonzero(np.bincount(codes, minlength=len(dictionary)))
+    values = dictionary[used]
+    order = np.argsort(values, kind="stable")
+    values = values[order]
+    if len(values) > 1 and (values[1:] == values[:-1]).any():
+        return None
+    place = np.zeros(len(dictionary), dtype=np.int64)
+    place[used[order]] = np.arange(len(used))
+    return pd.Index(values), place[codes]

@@ -96,8 +96,8 @@ def skew_table(c: dict, rows: np.ndarray) -> pd.DataFrame:
     np.minimum.at(lo, codes, launch)
     np.maximum.at(hi, codes, launch)
     at = rows[first]
-    idx = pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], E.KIND_NAMES[c["kind"][at]], c["bucket"][at],
-                                     c["names"][c["name"][at]]], names=SKEW_KEY)
+    idx = K.coded_index([c["step"][at], c["micro"][at], (c["kind"][at], E.KIND_NAMES), c["bucket"][at],
+                         (c["name"][at], c["names"])], SKEW_KEY)
     return pd.DataFrame({"lo": lo, "hi": hi}, index=idx)
 
 
