@@ -161,6 +161,19 @@ def test_identity_index_from_codes_is_the_one_from_strings(fixture):
     same(cols(c["names"], idents["name"], slice(0, 0)))
 
 
+@pytest.mark.parametrize("n", [0, 1, 9, 5000])
+def test_rank_step_lateness_is_the_groupby(n):
+    """partial_views.rank_step_lateness on group codes gives the groupby's frame (index, dtypes)."""
+    from syncviz.analysis import partial_views as PV
+    rng = np.random.default_rng(n)
+    steps = rng.integers(0, 7, n)
+    late = pd.DataFrame({"rank": rng.integers(3, 40, n).astype(np.int32), "step": steps,
+                         "late_ns": rng.integers(0, 1 << 40, n), "buckets": steps % 2 == 0})
+    g = late.groupby(["rank", "step"])
+    want = pd.DataFrame({"sum": g["late_ns"].sum(), "count": g.size(), "buckets": g["buckets"].first()})
+    pd.testing.assert_frame_equal(PV.rank_step_lateness(late), want, check_index_type=True)
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 1001])
 def test_median_in_place_is_pandas_median(n):
     rng = np.random.default_rng(n)
