@@ -6,7 +6,7 @@ metrics.step_metric_rows, queueing.stream_prev_done / owned_arrays / attributed_
 only feeds them. partition_joined.py finishes each comm row once every rank's launches are known.
 
 ``Local.comm`` is kept between the passes as one file of plain arrays (no pickle, see ``save``): about
-42 bytes a comm row, its near-constant columns LZ4-compressed (21 MB for a partition of 781,440
+45 bytes a comm row, its near-constant columns LZ4-compressed (21 MB for a partition of 781,440
 events of the 10^8-event run; 33 MB uncompressed), against a pickled pandas frame of every event before.
 """
 from __future__ import annotations
