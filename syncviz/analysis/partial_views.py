@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.analysis import keys as K
+from syncviz.analysis import partition_joined as PJ
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.metrics import lateness_matrix
@@ -61,19 +61,18 @@ def rank_step_lateness(late: pd.DataFrame | None) -> pd.DataFrame | None:
     collectives): metrics.lateness_matrix's mean from partitions (integer sums: exact)."""
     if late is None:
         return None
-    if not len(late) or late["late_ns"].dtype.kind != "i":
+    if not len(late):
         g = late.groupby(["rank", "step"])
         return pd.DataFrame({"sum": g["late_ns"].sum(), "count": g.size(), "buckets": g["buckets"].first()})
-    # the same frame as the groupby above, on group codes: pandas' three aggregations took ~1.3% of
-    # the 10^8-event summary's CPU (py-spy); tests/test_partition_engine.py compares the two
+    # the same frame as that groupby, on sorted group codes (late_ns is integer: lateness' launch
+    # differences): pandas' three aggregations took ~1.3% of the 10^8-event summary's CPU (py-spy);
+    # tests/test_partition_engine.py compares the two
     rank, step = late["rank"].to_numpy(), late["step"].to_numpy()
-    codes, n = K.ordered_codes(rank, step)
-    first = np.full(n, len(codes), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    total = np.zeros(n, dtype=np.int64)
-    np.add.at(total, codes, late["late_ns"].to_numpy())
+    first, codes = PJ.group_rows(rank, step)
+    n = len(first)
     index = pd.MultiIndex.from_arrays([rank[first], step[first]], names=["rank", "step"])
-    return pd.DataFrame({"sum": total, "count": np.bincount(codes, minlength=n).astype(np.int64),
+    return pd.DataFrame({"sum": PJ.int_sums(codes, late["late_ns"].to_numpy(), n),
+                         "count": np.bincount(codes, minlength=n).astype(np.int64),
                          "buckets": late["buckets"].to_numpy()[first]}, index=index)
 
 

@@ -182,7 +182,7 @@ def save(path: str, local: Local, extra: dict) -> None:
     arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in DICTIONARIES})
     arrays.update({f"i_{k}": v for k, v in local.idents.items()})
     arrays.update({f"x_{k}": _small(v) if k == "order" else v for k, v in extra.items()})
-    arrays = {_packed_name(k, v) if k in _PACKED else k: _pack(v) if k in _PACKED else v for k, v in arrays.items()}
+    arrays = dict(_pack(k, v) if k in _PACKED else (k, v) for k, v in arrays.items())
     with open(path, "wb") as f:
         np.lib.format.write_array(f, np.asarray(list(arrays), dtype=str), allow_pickle=False)
         for v in arrays.values():
@@ -196,16 +196,14 @@ def save(path: str, local: Local, extra: dict) -> None:
 _PACKED = {"c_bytes", "c_after_backward", "c_rank", "c_group_size", "c_op", "c_phase"}
 
 
-def _packed_name(key: str, v: np.ndarray) -> str:
-    return f"z{v.dtype.str}:{len(v)}:{key}"
-
-
-def _pack(v: np.ndarray) -> np.ndarray:
-    return np.frombuffer(pa.compress(np.ascontiguousarray(v), codec="lz4", asbytes=True), dtype=np.uint8)
+def _pack(key: str, v: np.ndarray) -> tuple[str, np.ndarray]:
+    """(name, bytes) of an array kept compressed: its dtype and length in the name (_unpack)."""
+    packed = pa.compress(np.ascontiguousarray(v), codec="lz4", asbytes=True)
+    return f"z{v.dtype.str}:{len(v)}:{key}", np.frombuffer(packed, dtype=np.uint8)
 
 
 def _unpack(name: str, v: np.ndarray) -> tuple[str, np.ndarray]:
-    """(key, array) of a packed entry as _packed_name and _pack wrote it."""
+    """(key, array) of an entry _pack wrote."""
     dtype, n, key = name[1:].split(":", 2)
     dtype = np.dtype(dtype)
     raw = pa.decompress(v, decompressed_size=int(n) * dtype.itemsize, codec="lz4", asbytes=True)
