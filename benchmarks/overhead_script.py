@@ -10,7 +10,9 @@ definition only). Each case stresses one thing a profiler's hooks pay for:
     gpt2-small     syncviz's built-in GPT at GPT-2 small shapes (124 M parameters), 25 MB buckets
 
 Rank 0 writes the wall time and the process CPU time (all threads, gloo's included) of every
-measured step to --out as JSON. With --gate the script runs one block of --steps each time the
+measured step to --out as JSON (on CUDA also "enqueued": when opt.step() returned, before
+torch.cuda.synchronize(): a step whose enqueue time is near its wall time is bound by the host,
+where every microsecond a tool adds to the host shows). With --gate the script runs one block of --steps each time the
 driver writes "go" to its FIFO and answers "done", so several tools' jobs can stay alive and take
 turns block by block (benchmarks/overhead.py). --torch-profiler records every step with torch.profiler (CPU activities,
 and CUDA's on a GPU); --traceml wraps every step in TraceML's trace_step (run it under `traceml run`).
@@ -123,14 +125,17 @@ def main():
                         loss = loss_of(ddp, batch()) / micro
                     loss.backward()
             opt.step()
-        if cuda:
+        if cuda:   # the host's share: when it has queued the step (the GPU may still be running it)
+            enqueued.append(time.perf_counter() - t)
             torch.cuda.synchronize()
         if prof is not None:
             prof.step()
         return time.perf_counter() - t, time.process_time() - c
 
+    enqueued = []          # on CUDA: seconds from the step's start until opt.step() returned
     for _ in range(a.warmup):
         one_step()
+    del enqueued[:]
     blocks = []            # one list of (wall, cpu) per block
     if a.gate:             # the driver says when to run a block, so tools take turns
         rank = dist.get_rank()
@@ -145,7 +150,7 @@ def main():
         prof.stop()
     if dist.get_rank() == 0:
         with open(a.out, "w") as f:
-            json.dump({"case": a.case, "blocks": blocks}, f)
+            json.dump({"case": a.case, "blocks": blocks, "enqueued": enqueued}, f)
     dist.destroy_process_group()
 
 

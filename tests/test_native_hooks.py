@@ -132,6 +132,7 @@ def test_a_failed_build_is_one_line_once(tmp_path, monkeypatch):
     monkeypatch.setenv("SYNCVIZ_CACHE_DIR", str(tmp_path / "cache"))
     why = native.build()
     assert why and "\n" not in why
+    assert "error: #error not today" in why      # the compiler's error line, not the command before it
     again = native.build()               # not compiled again: the failure is kept for this torch
     assert again.startswith(why) and "remove" in again
     assert native._library(native.build_dir()) is None

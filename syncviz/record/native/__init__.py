@@ -110,13 +110,19 @@ def build(say=None) -> str | None:
         return None
     except Exception as e:            # a compiler error, no compiler, no ninja: the Python hooks stay
         shutil.rmtree(work, ignore_errors=True)
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        why = f"{type(e).__name__}: {first[:200]}"
+        why = f"{type(e).__name__}: {_first_error(str(e))[:200]}"
         try:
             failed.write_text(why + "\n")
         except OSError:
             pass
         return why
+
+
+def _first_error(text: str) -> str:
+    """The line of a failed build that says why: the compiler's first ``error:`` line (torch's
+    message starts with the compile command, which says nothing), else the message's first line."""
+    lines = text.strip().splitlines() or [""]
+    return next((ln.strip() for ln in lines if "error:" in ln), lines[0])
 
 
 class Hooks:

@@ -19,12 +19,22 @@
 #include <memory>
 #include <mutex>
 #include <time.h>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace {
 
 using torch::autograd::variable_list;
+
+// A weak reference to a gradient accumulator, whichever pointer autograd hands it out as: torch
+// 2.13 holds nodes in c10::intrusive_ptr, earlier releases in std::shared_ptr (torch 2.11's
+// headers rejected the intrusive one: seen on a lent H200, which then ran the Python hooks).
+template <class P> struct WeakOf;
+template <class T> struct WeakOf<std::shared_ptr<T>> { using type = std::weak_ptr<T>; };
+template <class T, class N> struct WeakOf<c10::intrusive_ptr<T, N>> { using type = c10::weak_intrusive_ptr<T, N>; };
+using NodePtr = std::decay_t<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))>;
+using WeakNode = typename WeakOf<NodePtr>::type;
 
 struct Buffer {
   std::mutex lock;             // a backward on several devices runs hooks on several threads
@@ -47,7 +57,10 @@ struct Stamp : torch::autograd::FunctionPostHook {
 
   // Compiled autograd collects a node's hooks through this, and the default throws, which would
   // fail the user's backward. Registering nothing leaves the stamp out of compiled backwards.
-  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/) const override {}
+  // Both forms, neither marked override: torch 2.8 and later declare it const, 2.4-2.7 not, and
+  // each release overrides the one it declares (the other is a harmless overload).
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/) const {}
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/) {}
 
   int64_t index;
   std::shared_ptr<Buffer> buffer;
@@ -108,7 +121,6 @@ class ReadyLog {
   }
 
  private:
-  using WeakNode = c10::weak_intrusive_ptr<torch::autograd::Node>;
   std::shared_ptr<Buffer> buffer_;
   std::vector<std::pair<WeakNode, std::uintptr_t>> held_;
 };

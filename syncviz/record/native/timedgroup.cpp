@@ -18,6 +18,7 @@
 #include <pybind11/numpy.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +30,14 @@
 #include <utility>
 #include <vector>
 
+// A ProcessGroup subclass with its own backends needs ProcessGroup::setDefaultBackend and
+// strToBackendType, which torch has from 2.6 (checked by compiling against each release's headers,
+// 2.4 to 2.14). Before that this file defines no group, and DDP's buckets go through the Python one.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+#define SYNCVIZ_TIMED_GROUP 1
+#endif
+
+#ifdef SYNCVIZ_TIMED_GROUP
 namespace {
 
 constexpr int kCols = 7;   // index, layout, micro, launch, done, numel, scalar type
@@ -188,9 +197,13 @@ class TimedGroup : public c10d::ProcessGroup {
 };
 
 }  // namespace
+#endif  // SYNCVIZ_TIMED_GROUP
 
 // Called from gradstamp.cpp's module definition (one extension, one build).
 void bind_timed_group(pybind11::module_& m) {
+#ifndef SYNCVIZ_TIMED_GROUP
+  (void)m;              // torch before 2.6: no TimedGroup (record/timed_group.py checks)
+#else
   try {
     pybind11::module_::import("torch.distributed");   // ProcessGroup's Python type, the base below
   } catch (const pybind11::error_already_set&) {
@@ -204,4 +217,5 @@ void bind_timed_group(pybind11::module_& m) {
       .def("take", &TimedGroup::take)
       .def("inflight", &TimedGroup::inflight)
       .def_static("dtype", [](int64_t code) { return static_cast<at::ScalarType>(code); });
+#endif
 }
