@@ -78,16 +78,15 @@ def cuda_tests(o, log) -> list[Result]:
     Without: the self-check that every one of them skips cleanly (collects, no error)."""
     import torch
     files = _cuda_test_files()
-    p = run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-rfEs", "-p", "no:cacheprovider", *files],
-            timeout=900, log=log)
-    counts = _pytest_counts(p.stdout.splitlines()[-1] if p.stdout.strip() else "")
-    figs = {"files": files, **counts,
-            "failed_tests": re.findall(r"^(?:FAILED|ERROR) (.*)$", p.stdout, re.M)[:20]}
-    # the whole pytest output beside the report: a failure's traceback is what the next fix needs
+    # the whole pytest output beside the report, written as it runs (-v: a line per test; a run cut
+    # off by a device lease still says which tests passed): a failure's traceback is what the next fix needs
     log_path = Path(o.out) / "cuda_tests.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(p.stdout + "\n" + p.stderr)
-    figs["log"] = str(log_path)
+    p = run([sys.executable, "-m", "pytest", "-v", "-m", "cuda", "-rfEs", "--durations=15", "-p", "no:cacheprovider",
+             *files], timeout=900, log=log, stdout_to=log_path)
+    counts = _pytest_counts(p.stdout.splitlines()[-1] if p.stdout.strip() else "")
+    figs = {"files": files, **counts,
+            "failed_tests": re.findall(r"^(?:FAILED|ERROR) (.*)$", p.stdout, re.M)[:20], "log": str(log_path)}
     if have_cuda():
         # With one GPU, the tests that need two (real DataParallel) skip, and say so: the only skip allowed
         figs["skip_reasons"], allowed = skips_allowed(p.stdout, torch.cuda.device_count())

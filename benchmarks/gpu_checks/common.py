@@ -53,9 +53,23 @@ def env(**extra) -> dict:
     return {k: v for k, v in e.items() if v is not None}
 
 
-def run(cmd: list, *, timeout: float, log=None, **extra_env) -> subprocess.CompletedProcess:
-    """Run a child, capture its output; on timeout return rc 124 with what it printed."""
+def run(cmd: list, *, timeout: float, log=None, stdout_to: Path | None = None, **extra_env) -> subprocess.CompletedProcess:
+    """Run a child, capture its output; on timeout return rc 124 with what it printed.
+    ``stdout_to``: the child writes its stdout and stderr to that file as it runs (kept if this
+    process is killed), and the result carries the file's text as stdout."""
     t0 = time.perf_counter()
+    if stdout_to is not None:
+        with open(stdout_to, "w") as f:
+            try:
+                rc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                    env=env(**extra_env), cwd=ROOT).returncode
+            except subprocess.TimeoutExpired:
+                rc = 124
+        text = Path(stdout_to).read_text(errors="replace")
+        p = subprocess.CompletedProcess(cmd, rc, text, "" if rc != 124 else f"[timed out after {timeout:.0f} s]")
+        if log is not None:
+            log(f"    ({time.perf_counter() - t0:.1f} s) {' '.join(str(c) for c in cmd[:8])}{' ...' if len(cmd) > 8 else ''}")
+        return p
     try:
         p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
                            env=env(**extra_env), cwd=ROOT)
