@@ -8,7 +8,8 @@
 #
 # What comes back under $OUT (at most 8 files): session.log (every part's output and the reports
 # as text), crosscheck.json, cuda_tests.json + cuda_tests.log, checks.json (sync_debug, engine),
-# overhead.json (benchmarks/overhead.py --json), enqueued.json (plain vs traced host enqueue times).
+# overhead.json (benchmarks/overhead.py --json), enqueued.json (plain vs traced host enqueue times),
+# pyspy.txt (collapsed stacks, plain;... and traced;..., where py-spy was carried).
 # Session 22 (2026-11-27) ran these parts by hand: the crosscheck alone ~35 s, sync_debug + engine
 # ~70 s, the native build 34 s, 5 launches of the overhead harness ~200 s; pytest -m cuda did not
 # finish in 250 s (now its log is written as it runs).
@@ -64,6 +65,21 @@ for k in ("p1", "s1", "p2", "s2"):
     print(k, "wall %.2f ms, enqueued %.2f ms (medians)" % (1e3 * st.median(wall), 1e3 * st.median(d["enqueued"])))
 (out / "enqueued.json").write_text(json.dumps(res))
 PY
+
+# Where the traced host's extra time goes (session 22: ~10 ms a step on CUDA, not established):
+# py-spy's collapsed stacks of a plain and a traced run, every thread, when py-spy is there. The
+# image has none: carry its wheel (README, "On a GPU") and install it with pip --target /tmp/site.
+spy=$(command -v py-spy || ls /tmp/site/bin/py-spy 2>/dev/null)
+if [ -n "$spy" ]; then
+  at "py-spy: plain and traced GPT-2 small, 200 Hz, every thread and subprocess"
+  timeout 60 "$spy" record -r 200 -f raw --subprocesses --threads --nonblocking -o "$OUT/spy-plain.tmp" -- \
+    $py -m torch.distributed.run --standalone --nproc-per-node 1 $A --out /tmp/gpu-session-spy.json >/dev/null 2>&1
+  timeout 60 "$spy" record -r 200 -f raw --subprocesses --threads --nonblocking -o "$OUT/spy-traced.tmp" -- \
+    $py -m syncviz trace --standalone --nproc-per-node 1 --quiet --overwrite --out /tmp/gpu-session-spy \
+    $A --out /tmp/gpu-session-spy.json >/dev/null 2>&1
+  { sed 's/^/plain;/' "$OUT/spy-plain.tmp"; sed 's/^/traced;/' "$OUT/spy-traced.tmp"; } > "$OUT/pyspy.txt" 2>/dev/null
+  rm -f "$OUT"/spy-*.tmp; wc -l "$OUT/pyspy.txt"
+fi
 
 at "overhead: benchmarks/overhead.py, GPT-2 small, plain vs traced"
 timeout 230 $py benchmarks/overhead.py --device cuda --cases gpt2-small --tools syncviz --launches 4 --rounds 40 \
