@@ -27,9 +27,9 @@ namespace {
 
 using torch::autograd::variable_list;
 
-// A weak reference to a gradient accumulator, whichever pointer autograd hands it out as: torch
-// 2.13 holds nodes in c10::intrusive_ptr, earlier releases in std::shared_ptr (torch 2.11's
-// headers rejected the intrusive one: seen on a lent H200, which then ran the Python hooks).
+// A weak reference to a gradient accumulator, whichever pointer autograd hands it out as:
+// c10::intrusive_ptr from torch 2.13, std::shared_ptr up to 2.12 (torch 2.11's headers rejected
+// the intrusive one: seen on a lent H200, which then ran the Python hooks).
 template <class P> struct WeakOf;
 template <class T> struct WeakOf<std::shared_ptr<T>> { using type = std::weak_ptr<T>; };
 template <class T, class N> struct WeakOf<c10::intrusive_ptr<T, N>> { using type = c10::weak_intrusive_ptr<T, N>; };
