@@ -104,3 +104,50 @@ def test_cat_in_row_ranges_is_one_join():
         pc.if_else(pa.array(v % 3 == 0), pc.binary_join_element_wise(',"y":', a, ""), ""), "}", "")
     assert outer.to_pylist() == one.to_pylist()
     assert b"".join(bytes(m) for m in J.chunks([outer])) == "".join(one.to_pylist()).encode()
+
+
+def _lexsort_cases():
+    """(name, keys) pairs where K.lexsort must give np.lexsort's permutation exactly: every kind of
+    key it packs, the ones it must refuse (and hand to np.lexsort), ties at every level, and keys
+    whose spans force several words and a rank-among-ties step."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    small = rng.integers(0, 4, n)                       # many ties
+    times = np.sort(rng.integers(0, 2_300_000_000_000, n))   # ns over ~40 min, nearly sorted
+    rank = rng.integers(0, 1024, n)
+    yield "empty", [np.zeros(0, dtype=np.int64)]
+    yield "one row", [np.array([3]), np.array([1.5])]
+    yield "one key", [rng.integers(-50, 50, n)]
+    yield "two ints", [times, rank]
+    yield "int32 uint8 bool", [rng.integers(0, 9, n).astype(np.int32), rng.integers(0, 3, n).astype(np.uint8),
+                               rng.integers(0, 2, n).astype(bool)]
+    yield "negative and equal", [-times, small, np.zeros(n, dtype=np.int64)]
+    yield "whole floats", [times.astype(float), small.astype(float), rank]
+    yield "negative zero", [np.where(small == 0, -0.0, 0.0), small]
+    yield "floats with a fraction (fallback)", [rng.random(n), small]
+    yield "NaN (fallback)", [np.where(small == 1, np.nan, times.astype(float)), rank]
+    yield "beyond 2^53 as float (fallback)", [np.r_[2.0 ** 60, np.zeros(n - 1)], small]
+    yield "span 2^62 (fallback)", [np.r_[np.iinfo(np.int64).min, np.zeros(n - 1, dtype=np.int64)], small]
+    yield "uint64 above int64", [np.r_[np.uint64(2 ** 63 + 5), np.zeros(n - 1, dtype=np.uint64)], small]
+    yield "object (fallback)", [np.array([str(x) for x in small], dtype=object), rank]
+    # four keys as queueing.owned_arrays sorts: two words, ties in the leading one
+    launch = np.repeat(times[: n // 2], 2)
+    yield "owned_arrays' four", [-(launch + small), small % 2, launch, rank]
+    yield "stream_prev_done's four", [np.arange(n), launch, small % 2, rank]
+    # three words (each key's span times the next one's is past 2^62), ties left after the first and
+    # the second: each resolved by (rank among the ties, next word)
+    wide = lambda: rng.integers(0, 4, n) * 2 ** 38 + 2 ** 37       # noqa: E731
+    yield "three words, ties twice", [rng.integers(0, 2 ** 40, n), wide(), wide()]
+    # ranks among ties times the next word's span overflow: np.lexsort takes over
+    yield "tie ranks overflow", [rng.integers(0, 2 ** 61, n), small]
+
+
+@pytest.mark.parametrize("name,keys", list(_lexsort_cases()), ids=[c[0] for c in _lexsort_cases()])
+def test_lexsort_is_numpys(name, keys):
+    expected = np.lexsort(keys)
+    got = K.lexsort(keys)
+    assert np.array_equal(got, expected), name
+    # the same for shuffled rows (the fast path assumes nothing about the input order)
+    perm = np.random.default_rng(1).permutation(len(keys[0]))
+    shuffled = [k[perm] for k in keys]
+    assert np.array_equal(K.lexsort(shuffled), np.lexsort(shuffled)), name

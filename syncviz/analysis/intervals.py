@@ -23,7 +23,7 @@ def merge_intervals(g: np.ndarray, s: np.ndarray, e: np.ndarray):
     if len(g) == 0:
         z = np.zeros(0, dtype=np.int64)
         return z, z.copy(), z.copy()
-    order = np.lexsort((s, g))
+    order = K.lexsort((s, g))
     g, s, e = g[order], s[order], e[order]
     cm = K.group_cummax(g, e)
     new_group = np.r_[True, g[1:] != g[:-1]]
@@ -238,7 +238,7 @@ def group_keys(ranks: list[np.ndarray], steps: list[np.ndarray]) -> tuple[tuple[
         r0, s0 = int(r.min()), int(s.min())
         width, height = int(s.max()) - s0 + 1, int(r.max()) - r0 + 1
     if not len(r) or width * height >= 2 ** 62:      # nothing, or keys that do not fit: sort both columns
-        order = np.lexsort((s, r))
+        order = K.lexsort((s, r))
         new = np.r_[True, (r[order][1:] != r[order][:-1]) | (s[order][1:] != s[order][:-1])] if len(r) else \
             np.zeros(0, dtype=bool)
         inv = np.empty(len(r), dtype=np.int64)

@@ -65,7 +65,7 @@ def lanes(starts, ends, groups=None, nested: bool = False) -> np.ndarray:
     g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups)
     if g.dtype.kind not in "iu":
         g = pd.factorize(g)[0]
-    order = np.lexsort((-ends, starts, g))
+    order = K.lexsort((-ends, starts, g))
     s, e, gs = starts[order], ends[order], g[order]
     first = np.r_[True, gs[1:] != gs[:-1]]
     # latest end among the earlier intervals of the same group (NaN at a group's first)

@@ -188,7 +188,7 @@ def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, or
     rows, bucket, late, code = (np.concatenate(x) for x in (rows, bucket, late, code))
     buckets = np.arange(len(rows)) < n_buckets
     if not buckets.all():            # as sync_lateness: by (step, rank)
-        keep = np.lexsort((c["rank"][rows], c["step"][rows]))
+        keep = K.lexsort((c["rank"][rows], c["step"][rows]))
         rows, bucket, late, code, buckets = rows[keep], bucket[keep], late[keep], code[keep], buckets[keep]
     return pd.DataFrame({"rank": c["rank"][rows], "step": c["step"][rows], "micro": c["micro"][rows], "bucket": bucket,
                          "late_ns": late, "label": pd.Categorical.from_codes(code, labels),

@@ -109,7 +109,7 @@ def local_pass(ev: E.EventArrays) -> Local:
     wire = is_wire(c["kind"], c["bucket"])
     not_wire = (~wire).astype(np.int64)
     # queueing.occurrences: the n-th call of one identity on a rank, in launch order (ties: row order)
-    order = np.lexsort((launch, c["rank"]))
+    order = K.lexsort((launch, c["rank"]))
     same = K.group_codes(*(c[k] for k in ("rank", "step", "micro", "kind", "bucket", "name")))
     occ = np.empty(len(rows), dtype=np.int64)
     occ[order] = K.cumcount(same[order])

@@ -41,7 +41,7 @@ def stream_prev_done(rank: np.ndarray, not_wire: np.ndarray, launch: np.ndarray,
     """For each row: the latest done among the rows launched earlier on the same (rank, stream)
     (NaN for the first); rows launched at the same instant keep their order in the arrays (the
     order the rank issued them)."""
-    order = np.lexsort((np.arange(len(rank)), launch, not_wire, rank))
+    order = K.lexsort((np.arange(len(rank)), launch, not_wire, rank))
     g = rank[order].astype(np.int64) * 2 + not_wire[order].astype(np.int64)
     prev = np.empty(len(rank))
     prev[order] = K.prev_cummax(g, end[order])
@@ -71,7 +71,7 @@ def occurrences(comm: pd.DataFrame) -> pd.DataFrame:
     c = comm[["rank", "step", "micro", "kind", "bucket", "name", "launch_ns", "end_ns"]].copy()
     c["kind"], c["name"] = as_str(c["kind"]), as_str(c["name"])
     c["launch"] = c["launch_ns"].to_numpy(dtype=float)
-    c = c.iloc[np.lexsort((c["launch"].to_numpy(), c["rank"].to_numpy()))]   # stable: ties in frame order
+    c = c.iloc[K.lexsort((c["launch"].to_numpy(), c["rank"].to_numpy()))]   # stable: ties in frame order
     c["occurrence"] = K.cumcount(K.group_codes(*(c[k] for k in ["rank"] + EVENT_KEY[:-1])))
     return c
 
@@ -106,7 +106,7 @@ def owned_intervals(comm: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def owned_arrays(g: np.ndarray, launch: np.ndarray, end: np.ndarray, not_wire: np.ndarray):
     """owned_intervals on arrays: ``g`` a (rank, step) code per row, launch and done as floats."""
-    order = np.lexsort((-end, not_wire, launch, g))
+    order = K.lexsort((-end, not_wire, launch, g))
     prev = K.prev_cummax(g[order], end[order])
     s = np.empty(len(g))
     s[order] = np.fmax(launch[order], prev)

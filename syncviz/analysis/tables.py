@@ -13,6 +13,7 @@ from syncviz.analysis.intervals import (_groups, comm_rows, compute_intervals, m
 from syncviz.analysis.metrics import (NS, _ms, bucket_metrics, busbw_factor, comm_metrics,  # noqa: F401
                                       headline_steps, skew, step_metrics)
 from syncviz.analysis.columns import as_str
+from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 
 
@@ -94,7 +95,7 @@ def bytes_in_flight(run_or_events: Run | pd.DataFrame, comm: pd.DataFrame | None
     # Sum changes at the same instant first, so a collective ending exactly when the next starts
     # does not show a spurious dip or peak. (numpy sort + reduceat: the groupby took ~15 ms of the
     # 128-rank sample's Perfetto export.)
-    order = np.lexsort((t, rank))
+    order = K.lexsort((t, rank))
     rank, t, delta = rank[order], t[order], delta[order]
     first = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (t[1:] != t[:-1])])
     rank, t, delta = rank[first], t[first], np.add.reduceat(delta, first)
@@ -167,7 +168,7 @@ def exposed_intervals(run_or_events: Run | pd.DataFrame,
     t = np.r_[ms, me, cs, ce]
     d_comm = np.r_[np.ones(len(mg)), -np.ones(len(mg)), np.zeros(2 * len(cg))]
     d_comp = np.r_[np.zeros(2 * len(mg)), np.ones(len(cg)), -np.ones(len(cg))]
-    order = np.lexsort((t, g))
+    order = K.lexsort((t, g))
     g, t = g[order], t[order]
     on_comm, on_comp = np.cumsum(d_comm[order]) > 0, np.cumsum(d_comp[order]) > 0
     keep = np.r_[(g[1:] == g[:-1]) & (t[1:] > t[:-1]) & on_comm[:-1] & ~on_comp[:-1], False]
