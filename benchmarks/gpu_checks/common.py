@@ -58,28 +58,31 @@ def run(cmd: list, *, timeout: float, log=None, stdout_to: Path | None = None, *
     ``stdout_to``: the child writes its stdout and stderr to that file as it runs (kept if this
     process is killed), and the result carries the file's text as stdout."""
     t0 = time.perf_counter()
+    args = [str(c) for c in cmd]
     if stdout_to is not None:
-        with open(stdout_to, "w") as f:
-            try:
-                rc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
-                                    env=env(**extra_env), cwd=ROOT).returncode
-            except subprocess.TimeoutExpired:
-                rc = 124
-        text = Path(stdout_to).read_text(errors="replace")
-        p = subprocess.CompletedProcess(cmd, rc, text, "" if rc != 124 else f"[timed out after {timeout:.0f} s]")
-        if log is not None:
-            log(f"    ({time.perf_counter() - t0:.1f} s) {' '.join(str(c) for c in cmd[:8])}{' ...' if len(cmd) > 8 else ''}")
-        return p
-    try:
-        p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                           env=env(**extra_env), cwd=ROOT)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-        p = subprocess.CompletedProcess(cmd, 124, out, err + f"\n[timed out after {timeout:.0f} s]")
+        p = _run_into(args, stdout_to, timeout, env(**extra_env))
+    else:
+        try:
+            p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env(**extra_env), cwd=ROOT)
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            p = subprocess.CompletedProcess(cmd, 124, out, err + f"\n[timed out after {timeout:.0f} s]")
     if log is not None:
-        log(f"    ({time.perf_counter() - t0:.1f} s) {' '.join(str(c) for c in cmd[:8])}{' ...' if len(cmd) > 8 else ''}")
+        log(f"    ({time.perf_counter() - t0:.1f} s) {' '.join(args[:8])}{' ...' if len(args) > 8 else ''}")
     return p
+
+
+def _run_into(args: list, path: Path, timeout: float, child_env: dict) -> subprocess.CompletedProcess:
+    """run(stdout_to=path): the child's output goes to the file; its text comes back as stdout."""
+    with open(path, "w") as f:
+        try:
+            rc = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=child_env,
+                                cwd=ROOT).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    text = Path(path).read_text(errors="replace")
+    return subprocess.CompletedProcess(args, rc, text, f"[timed out after {timeout:.0f} s]" if rc == 124 else "")
 
 
 def syncviz_trace(nproc: int, out, script_and_args: list) -> list:
