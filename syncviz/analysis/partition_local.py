@@ -114,8 +114,6 @@ def local_pass(ev: E.EventArrays) -> Local:
     occ = np.empty(len(rows), dtype=np.int64)
     occ[order] = K.cumcount(same[order])
     c["occurrence"] = occ
-    ident, n_ident = K.dense_codes(K.group_codes(*(c[k] for k in ("step", "micro", "kind", "bucket", "name")), occ))
-    c["ident"] = ident
     lf, ef = launch.astype(float), c["end"].astype(float)
     c["prev"] = Q.stream_prev_done(c["rank"], not_wire, lf, ef)
     # queueing.attributed_exposed: backward compute's end per (rank, step) of the compute intervals
@@ -135,14 +133,23 @@ def local_pass(ev: E.EventArrays) -> Local:
     c["after_backward"] = np.round(after).astype(np.int64)
     for d in DICTIONARIES:
         c[d] = getattr(ev, d)
-    # the first row (in launch order, rank by rank) of each identity: its key, and the op
-    # queueing's per-collective table names it by (the lowest rank's call)
-    first = np.full(n_ident, len(rows), dtype=np.int64)
-    np.minimum.at(first, ident[order], np.arange(len(rows)))
-    first = order[first] if len(rows) else first
-    idents = {k: c[k][first] for k in ("step", "micro", "kind", "bucket", "name", "occurrence")}
+    return Local(steps=steps, comm=c, idents=identities(c, order), comp=cspans, order=order)
+
+
+def identities(c: dict, order: np.ndarray) -> dict:
+    """Number the comm rows' identities (c["ident"], dense in the order of their key) and return,
+    per identity, its key and its first row in launch order, rank by rank (``order``): the op
+    queueing's per-collective table names it by is the lowest rank's call."""
+    n = len(c["step"])
+    ident, n_ident = K.dense_codes(K.group_codes(*(c[k] for k in ("step", "micro", "kind", "bucket", "name")),
+                                                 c["occurrence"]))
+    c["ident"] = ident
+    first = np.full(n_ident, n, dtype=np.int64)
+    np.minimum.at(first, ident[order], np.arange(n))
+    first = order[first] if n else first
+    idents = {k: c[k][first] for k in IDENTITY}
     idents["row"] = first
-    return Local(steps=steps, comm=c, idents=idents, comp=cspans, order=order)
+    return idents
 
 
 def ident_index(c: dict, idents: dict) -> pd.MultiIndex:
@@ -177,16 +184,31 @@ def save(path: str, local: Local, extra: dict) -> None:
     over ~80 MB a partition cost ~50 ms of the write (measured). The identity's columns are left out
     and codes kept in the smallest integer type that holds them: at 10^8 events these files are
     ~6 GB of scratch written while the rank files are read, ~65 bytes a comm row."""
-    c = local.comm
+    with open(path, "wb") as f:
+        write_arrays(f, arrays_of(local.comm, local.idents, extra))
+
+
+def arrays_of(c: dict, idents: dict, extra: dict) -> dict:
+    """save's named arrays of a partition's comm rows, identities and ``extra``."""
     arrays = {f"c_{k}": _small(v) if k in _WIDE else v for k, v in c.items() if k not in DICTIONARIES and k not in IDENTITY}
     arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in DICTIONARIES})
-    arrays.update({f"i_{k}": v for k, v in local.idents.items()})
+    arrays.update({f"i_{k}": v for k, v in idents.items()})
     arrays.update({f"x_{k}": _small(v) if k == "order" else v for k, v in extra.items()})
-    arrays = dict(_pack(k, v) if k in _PACKED else (k, v) for k, v in arrays.items())
-    with open(path, "wb") as f:
-        np.lib.format.write_array(f, np.asarray(list(arrays), dtype=str), allow_pickle=False)
-        for v in arrays.values():
-            np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
+    return dict(_pack(k, v) if k in _PACKED else (k, v) for k, v in arrays.items())
+
+
+def write_arrays(f, arrays: dict) -> None:
+    """Named arrays to an open binary file: the names, then each array (.npy format, no pickle)."""
+    np.lib.format.write_array(f, np.asarray(list(arrays), dtype=str), allow_pickle=False)
+    for v in arrays.values():
+        np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
+
+
+def read_arrays(f) -> dict:
+    """write_arrays' named arrays, packed ones unpacked."""
+    names = np.lib.format.read_array(f, allow_pickle=False).tolist()
+    z = {k: np.lib.format.read_array(f, allow_pickle=False) for k in names}
+    return dict(_unpack(k, v) if k.startswith("z") else (k, v) for k, v in z.items())
 
 
 # Columns that repeat a few values row after row (message sizes, a rank's number, group sizes, ops,
@@ -226,9 +248,11 @@ def _small(v: np.ndarray) -> np.ndarray:
 def load(path: str) -> tuple[dict, dict, dict]:
     """(comm, idents, extra) as save wrote them, as local_pass gave them."""
     with open(path, "rb") as f:
-        names = np.lib.format.read_array(f, allow_pickle=False).tolist()
-        z = {k: np.lib.format.read_array(f, allow_pickle=False) for k in names}
-    z = dict(_unpack(k, v) if k.startswith("z") else (k, v) for k, v in z.items())
+        return from_arrays(read_arrays(f))
+
+
+def from_arrays(z: dict) -> tuple[dict, dict, dict]:
+    """(comm, idents, extra) of arrays_of's arrays (other prefixes are left alone)."""
     comm = {k[2:]: v for k, v in z.items() if k.startswith("c_")}
     comm.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_")})
     idents = {k[2:]: v for k, v in z.items() if k.startswith("i_")}

@@ -57,15 +57,39 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     """step_metrics of the partition's ranks and, per collective, its first and last launch and
     how many of these ranks took part (queueing.EVENT_KEY). ``keep``: a scratch file to keep the
     partition's comm rows in for pass 2 (partition_local.save); ``compare``: also what compare
-    measures (analysis.comparison's partition inputs)."""
+    measures (analysis.comparison's partition inputs). Where every rank of the partition wrote its
+    own first pass when its recording closed (analysis.rank_pass), those are combined instead of
+    reading the rank files (the same results: tests/test_rank_pass.py)."""
+    if not compare:
+        from syncviz.analysis import rank_pass
+        found = rank_pass.partition_pass1(files, keep)
+        if found is not None:
+            return found
     index: dict = {}
     ev, problems, incomplete, errors = _read(files, index)
-    out = {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
-           "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": span_table(index),
-           "compare": None, "bucket_first": None, "step_first": None, "bucket_steps": None}
+    out = empty_pass1(problems, incomplete, errors, span_table(index))
     if ev is None:
         return out
     local = PL.local_pass(ev)
+    event_facts(out, ev)
+    if compare:
+        out["compare"] = compare_partial(ev, local.comm)
+    comm_facts(out, local.steps, local.comm, local.idents)
+    if keep is not None:
+        PL.save(keep, local, _extras(ev, local))
+    return out
+
+
+def empty_pass1(problems: list, incomplete: list, errors: list, spans: pd.DataFrame) -> dict:
+    """pass1's result of a partition before its rows are analysed."""
+    return {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
+            "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": spans,
+            "compare": None, "bucket_first": None, "step_first": None, "bucket_steps": None}
+
+
+def event_facts(out: dict, ev: E.EventArrays) -> None:
+    """pass1's numbers that need every row of the partition: the rows, the step facts, each rank's
+    last step, the highest rank and each step's first start (the TensorBoard export's wall time)."""
     out["rows"] = len(ev)
     out["facts"] = step_facts(ev)
     if len(ev):
@@ -76,10 +100,14 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
         first[codes] = np.arange(len(codes))
         out["last_step"] = {int(r): int(s) for r, s in zip(ev.rank[first], last)}
         out["max_rank"] = int(ev.rank.max())
-    out["steps"] = local.steps
-    c = local.comm
-    if compare:
-        out["compare"] = compare_partial(ev, c)
+    st = np.flatnonzero(ev.kind == E.STEP)
+    out["step_first"] = _min_by_step(ev.step[st], ev.start[st], "start_ns")
+
+
+def comm_facts(out: dict, steps: pd.DataFrame, c: dict, idents: dict) -> None:
+    """pass1's numbers from the first pass's results: step_metrics, every bucket's first launch,
+    the steps with buckets and the per-collective table."""
+    out["steps"] = steps
     b = np.flatnonzero(c["kind"] == E.BUCKET)
     if len(b):
         first, codes = PJ.group_rows(c["step"][b], c["micro"][b], c["bucket"][b])
@@ -87,14 +115,8 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
         out["bucket_first"] = pd.Series(PJ.min_by(codes, c["launch"][b], len(first)), name="launch_ns",
                                         index=pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], c["bucket"][at]],
                                                                         names=PV.LATE_KEY))
-    # for the TensorBoard export: each step's first start (its wall time) and the steps with buckets
-    st = np.flatnonzero(ev.kind == E.STEP)
-    out["step_first"] = _min_by_step(ev.step[st], ev.start[st], "start_ns")
     out["bucket_steps"] = K.unique_ints(c["step"][b])
-    out["events"] = PL.collective_table(c, local.idents)
-    if keep is not None:
-        PL.save(keep, local, _extras(ev, local))
-    return out
+    out["events"] = PL.collective_table(c, idents)
 
 
 def _min_by_step(step: np.ndarray, values: np.ndarray, name: str) -> pd.Series:

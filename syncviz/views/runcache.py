@@ -20,7 +20,6 @@ Trust, because a profiler's cached number is as much a claim as a computed one:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -29,13 +28,14 @@ import shutil
 import tempfile
 import threading
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from syncviz import __version__
+from syncviz.analysis.rank_pass import DIR as RANK_PASSES   # each rank's first pass: checked on use, kept
+from syncviz.codedigest import code_digest
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
 
@@ -151,25 +151,6 @@ def kept_spans(run_dir: str | os.PathLike) -> dict | None:
         return SP.by_rank(RunCache(run_dir, signature(Path(run_dir))).get("spans"))
     except OSError:
         return None
-
-
-@lru_cache(maxsize=1)
-def code_digest() -> str:
-    """A digest of syncviz's source (this package and the dashboard's): a cache written by other
-    code is stale, even at the same version number (editable installs, local fixes)."""
-    import syncviz
-    roots = [Path(syncviz.__file__).parent]
-    try:
-        import syncviz.dashboard as dash
-        roots.append(Path(dash.__file__).parent)
-    except ImportError:       # pragma: no cover - the dashboard is part of the package
-        pass
-    h = hashlib.sha1(__version__.encode())
-    for root in roots:
-        for path in sorted(root.rglob("*.py")):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def _stamp(run_dir: Path, sig: tuple) -> dict:
@@ -329,9 +310,15 @@ class RunCache:
         """Make the folder this signature's: a stale cache is emptied and restamped."""
         if self.valid():
             return
-        if self.folder.exists():
-            shutil.rmtree(self.folder)
-        self.folder.mkdir()
+        if self.folder.exists():      # each rank's kept first pass names its own rank file: kept
+            for entry in self.folder.iterdir():
+                if entry.name == RANK_PASSES:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        self.folder.mkdir(exist_ok=True)
         (self.folder / STAMP).write_text(json.dumps(_stamp(self.run_dir, self.sig)))
         self._valid = True
 

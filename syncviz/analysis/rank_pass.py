@@ -1,0 +1,240 @@
+"""Each rank's own first pass, written when its recording closes, so that the summary of a big run
+combines those instead of reading and analysing every event again.
+
+Why: the summary's first pass (partition_passes.pass1: read, validate, decode, and everything one
+rank's events decide) was ~70% of the 10^8-event summary's wall time (session 21: 31-36 of ~48 s on
+two cores), yet it needs one rank's events only (partitioned.py's docstring). Each rank of a real run
+has its own CPUs when it closes, so computing it there costs the run ~0.1 s a rank (97,680 events of
+the simulated llama70b-1024 run: 0.10 s of CPU) and takes it off the one machine that summarizes.
+
+What a rank keeps (``.syncviz-cache/ranks/rank-<r>.pass1``, plain arrays, no pickle): its comm rows'
+first-pass results as partition_local.save keeps a partition's between the passes, its step_metrics
+rows, its step facts, where its batches lie, each step's first start, and a header naming the rank
+file's size and mtime and the code that wrote it. ``partition_pass1`` turns the files of a
+partition's ranks into exactly what pass1 returns for that partition (dictionaries merged, identities
+numbered again over the partition), or None when any rank lacks a file this code wrote for exactly
+that rank file: then the partition is read as before. Only a rank file read without any problem is
+kept (a damaged or unfinished one is read each time, so its problems are reported the same way).
+tests/test_rank_pass.py compares every number, table and report byte with and without these files.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from syncviz.analysis import keys as K
+from syncviz.analysis import partition_local as PL
+from syncviz.analysis import partition_passes as PP
+from syncviz.codedigest import code_digest
+from syncviz.trace import schema as S
+from syncviz.trace import spans as SP
+
+FORMAT = 1
+DIR = "ranks"                   # under the run's cache folder; views.runcache keeps it when it empties the rest
+SUFFIX = ".pass1"
+# A run is worth it when the summary would read it as more than one partition (partitioned.PARTITION_EVENTS
+# events at partitioned.BYTES_PER_EVENT on disk): below that the summary is a few seconds anyway.
+WORTH_BYTES = 750_000 * 52
+ENV = "SYNCVIZ_RANK_PASS"       # "always" / "never" override worth_it (tests, benchmarks)
+
+
+def path_of(rank_file: Path) -> Path:
+    """Where the rank whose events are in ``rank_file`` keeps its first pass."""
+    rank_file = Path(rank_file)
+    return rank_file.parent / S.CACHE_DIR / DIR / (rank_file.stem + SUFFIX)
+
+
+def worth_it(rank_bytes: int, world_size: int) -> bool:
+    """Whether a rank of ``world_size`` whose file holds ``rank_bytes`` writes its first pass at close."""
+    mode = os.environ.get(ENV, "").strip().lower()
+    if mode in ("always", "never"):
+        return mode == "always"
+    return rank_bytes * max(1, world_size) >= WORTH_BYTES
+
+
+def _identity(rank_file: Path) -> tuple[int, int]:
+    st = os.stat(rank_file)
+    return st.st_size, st.st_mtime_ns
+
+
+def write(rank: int, rank_file: Path) -> Path | None:
+    """Compute and keep the first pass of one rank file. None (nothing written) when the file has no
+    rows, needs any of validation's repairs, or changed while it was read. Raises OSError where the
+    cache folder cannot be written."""
+    rank_file = Path(rank_file)
+    before = _identity(rank_file)
+    index: dict = {}
+    ev, problems, incomplete, errors = PP._read({rank: rank_file}, index)
+    if ev is None or not len(ev) or problems or incomplete or errors:
+        return None
+    local = PL.local_pass(ev)
+    if not len(local.steps):      # no step rows: an empty step_metrics frame has no column types to keep
+        return None
+    out = PP.empty_pass1([], [], [], PP.span_table(index))
+    PP.event_facts(out, ev)
+    c = local.comm
+    arrays = {f"c_{k}": v for k, v in c.items() if k not in PL.DICTIONARIES and k != "ident"}
+    arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in PL.DICTIONARIES})
+    arrays.update({f"x_{k}": v for k, v in PP._extras(ev, local).items()})
+    arrays.update({f"s_{k}": local.steps[k].to_numpy() for k in local.steps.columns})
+    f = out["facts"]
+    arrays.update({"f_ranks": f["ranks"], "f_steps": f["steps"], "f_first_step": f["first"].index.to_numpy(),
+                   "f_first": f["first"].to_numpy(), "f_last_step": f["last"].index.to_numpy(),
+                   "f_last": f["last"].to_numpy(), "p_spans": out["spans"].to_numpy(),
+                   "t_step": out["step_first"].index.to_numpy(), "t_start": out["step_first"].to_numpy()})
+    if _identity(rank_file) != before:
+        return None
+    head = {"format": FORMAT, "code": code_digest(), "rank": rank, "size": before[0], "mtime_ns": before[1],
+            "rows": out["rows"], "last_step": [[r, s] for r, s in out["last_step"].items()],
+            "max_rank": out["max_rank"], "steps": list(local.steps.columns),
+            "top_bucket": f["top_bucket"]}
+    target = path_of(rank_file)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            _write_file(fh, head, arrays)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+_MAGIC = b"syncviz rank pass\n"
+
+
+def _write_file(fh, head: dict, arrays: dict) -> None:
+    """The magic line, the header's length (8 bytes), the header (JSON: ``head`` and each array's
+    name, dtype, shape and place) and every array's bytes in one zstd frame. One frame and one
+    header, not an .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60%
+    of loading a partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of
+    the 10^8-event run keeps 6.0 MB of arrays in 1.4 MB, decompressed in ~5 ms (LZ4: 2.4 MB)."""
+    places, at = [], 0
+    for k, v in arrays.items():
+        v = np.ascontiguousarray(v)
+        places.append([k, v.dtype.str, list(v.shape), at, v.nbytes])
+        at += v.nbytes
+    payload = b"".join(np.ascontiguousarray(v).tobytes() for v in arrays.values())
+    text = json.dumps({**head, "arrays": places, "payload": len(payload)}).encode()
+    fh.write(_MAGIC + len(text).to_bytes(8, "little") + text)
+    fh.write(pa.compress(payload, codec="zstd", asbytes=True))
+
+
+def _read_file(path: Path) -> tuple[dict, dict]:
+    data = Path(path).read_bytes()
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a rank pass file")
+    n = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "little")
+    body = len(_MAGIC) + 8 + n
+    head = json.loads(data[len(_MAGIC) + 8:body])
+    return head, data[body:]
+
+
+def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
+    """(header, arrays) of the rank's kept first pass, or None where there is none for exactly this
+    rank file and this code (a damaged file is None too: the partition is then read)."""
+    try:
+        head, packed = _read_file(path_of(rank_file))
+        if not (head.get("format") == FORMAT and head.get("code") == code_digest() and head.get("rank") == rank
+                and [head.get("size"), head.get("mtime_ns")] == list(_identity(rank_file))):
+            return None
+        raw = bytearray(pa.decompress(packed, decompressed_size=head["payload"], codec="zstd", asbytes=True))
+        z = {k: np.frombuffer(raw, dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
+             if nbytes else np.zeros(shape, dtype=np.dtype(dt)) for k, dt, shape, at, nbytes in head["arrays"]}
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None
+    return head, z
+
+
+def partition_pass1(files: dict[int, Path], keep: str | None) -> dict | None:
+    """pass1's result for a partition from its ranks' kept first passes (and its comm rows saved to
+    ``keep`` for pass 2, as pass1 saves them), or None when a rank has none."""
+    loaded = []
+    for rank, f in files.items():
+        got = load(rank, f)
+        if got is None:
+            return None
+        loaded.append(got)
+    ranks = list(files)
+    if any(b <= a for a, b in zip(ranks, ranks[1:])):
+        return None                 # pass1 reads ranks in increasing order; anything else: read them
+    heads = [h for h, _ in loaded]
+    cat = [z for _, z in loaded]
+    c, idents, extra = merge([_comm(z) for z in cat], [{k[2:]: v for k, v in z.items() if k.startswith("x_")} for z in cat])
+    spans = _cat(cat, "p_spans").reshape(-1, len(SP.COLUMNS))
+    out = PP.empty_pass1([], [], [], pd.DataFrame(spans, columns=SP.COLUMNS))
+    out["rows"] = int(sum(h["rows"] for h in heads))
+    out["last_step"] = {int(r): int(s) for h in heads for r, s in h["last_step"]}
+    out["max_rank"] = max(h["max_rank"] for h in heads)
+    out["facts"] = _facts(heads, cat)
+    out["step_first"] = PP._min_by_step(_cat(cat, "t_step"), _cat(cat, "t_start"), "start_ns")
+    columns = heads[0]["steps"]
+    if any(h["steps"] != columns for h in heads):
+        return None
+    steps = pd.DataFrame({k: _cat(cat, f"s_{k}") for k in columns})
+    PP.comm_facts(out, steps, c, idents)
+    if keep is not None:
+        with open(keep, "wb") as fh:
+            PL.write_arrays(fh, PL.arrays_of(c, idents, extra))
+    return out
+
+
+def _comm(z: dict) -> dict:
+    c = {k[2:]: v for k, v in z.items() if k.startswith("c_")}
+    c.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_")})
+    return c
+
+
+def _cat(arrays: list[dict], key: str) -> np.ndarray:
+    return np.concatenate([z[key] for z in arrays])
+
+
+def _facts(heads: list[dict], arrays: list[dict]) -> dict:
+    """partition_passes.step_facts of the partition from its ranks' own."""
+    first, = PP._by_step(_cat(arrays, "f_first_step"), [_cat(arrays, "f_first")], ["start"], [np.minimum])
+    last, = PP._by_step(_cat(arrays, "f_last_step"), [_cat(arrays, "f_last")], ["end"], [np.maximum])
+    return {"ranks": K.unique_ints(_cat(arrays, "f_ranks")), "top_bucket": max(h["top_bucket"] for h in heads),
+            "steps": K.unique_ints(_cat(arrays, "f_steps")), "first": first, "last": last}
+
+
+# comm columns holding codes into a dictionary, and the dictionary (the bucket rows' dtype too)
+_CODED = {"name": "names", "op": "ops", "phase": "phases", "dtype": "dtypes"}
+
+
+def merge(comms: list[dict], extras: list[dict]) -> tuple[dict, dict, dict]:
+    """(comm, idents, extra) of one partition from its ranks' own comm rows and pass-2 extras, in
+    rank order: what partition_local.local_pass and partition_passes._extras give when the ranks are
+    read together. Per-row results depend on their own rank only; the dictionaries are merged
+    (sorted, as the partition's reader sorts them, so codes keep their order), bucket rows' places
+    shifted, and the identities numbered over the partition."""
+    c: dict = {}
+    for d in PL.DICTIONARIES:
+        c[d] = np.unique(np.concatenate([x[d] for x in comms])) if any(len(x[d]) for x in comms) else comms[0][d]
+    sizes = [len(x["step"]) for x in comms]
+    offsets = np.cumsum([0] + sizes[:-1])
+    for key in comms[0]:
+        if key in PL.DICTIONARIES:
+            continue
+        if key in _CODED:
+            d = _CODED[key]
+            pieces = [np.searchsorted(c[d], x[d]).astype(x[key].dtype)[x[key]] if len(x[d]) else x[key] for x in comms]
+        elif key == "bucket_rows":
+            pieces = [x[key] + o for x, o in zip(comms, offsets)]
+        else:
+            pieces = [x[key] for x in comms]
+        c[key] = np.concatenate(pieces)
+    order = np.concatenate([x["order"] + o for x, o in zip(extras, offsets)])
+    idents = PL.identities(c, order)
+    origin = PP._min_by_step(np.concatenate([x["origin_step"] for x in extras]),
+                             np.concatenate([x["origin"] for x in extras]), "start_ns")
+    extra = {"rows": np.array([sum(int(x["rows"][0]) for x in extras)]), "order": order,
+             "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy()}
+    for key in extras[0]:
+        if key not in extra:
+            extra[key] = np.concatenate([x[key] for x in extras])
+    return c, idents, extra
