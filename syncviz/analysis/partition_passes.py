@@ -84,7 +84,7 @@ def empty_pass1(problems: list, incomplete: list, errors: list, spans: pd.DataFr
     """pass1's result of a partition before its rows are analysed."""
     return {"problems": problems, "incomplete": incomplete, "errors": errors, "rows": 0, "last_step": {},
             "max_rank": -1, "steps": pd.DataFrame(), "events": None, "facts": None, "spans": spans,
-            "compare": None, "bucket_first": None, "step_first": None, "bucket_steps": None}
+            "compare": None, "bucket_first": None, "step_first": None, "bucket_steps": None, "kept_ranks": 0}
 
 
 def event_facts(out: dict, ev: E.EventArrays) -> None:

@@ -169,7 +169,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         steps_parts, facts, spans, events, rows = [], [], [], None, 0
         if compare == "only":
             kept = [None] * len(parts)        # no second pass to keep the events for
-        compared, first, step_first, bucket_steps = [], None, None, set()
+        compared, first, step_first, bucket_steps, kept_ranks = [], None, None, set(), 0
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k, bool(compare)) for p, k in zip(parts, kept)])):
             compared.append(r["compare"])
             first = PV.reduce_bucket_first([first, r["bucket_first"]])
@@ -186,7 +186,10 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
             facts.append(r["facts"])
             spans.append(r["spans"])
             events = P.reduce_events([events, r["events"]])
+            kept_ranks += r["kept_ranks"]
             say(f"pass 1/2: {i + 1}/{len(parts)} partitions")
+        if kept_ranks:
+            say(f"pass 1/2: {kept_ranks:,} of {len(files):,} ranks from the first pass each kept when it closed")
         if errors and not rows:
             more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
             raise R.TraceError(errors[0][1] + more)

@@ -169,6 +169,7 @@ def partition_pass1(files: dict[int, Path], keep: str | None) -> dict | None:
     spans = _cat(cat, "p_spans").reshape(-1, len(SP.COLUMNS))
     out = PP.empty_pass1([], [], [], pd.DataFrame(spans, columns=SP.COLUMNS))
     out["rows"] = int(sum(h["rows"] for h in heads))
+    out["kept_ranks"] = len(heads)
     out["last_step"] = {int(r): int(s) for h in heads for r, s in h["last_step"]}
     out["max_rank"] = max(h["max_rank"] for h in heads)
     out["facts"] = _facts(heads, cat)
@@ -238,3 +239,23 @@ def merge(comms: list[dict], extras: list[dict]) -> tuple[dict, dict, dict]:
         if key not in extra:
             extra[key] = np.concatenate([x[key] for x in extras])
     return c, idents, extra
+
+
+def write_run(run_dir, jobs: int | None = None) -> int:
+    """Write the first pass of every rank file of a recorded run, as its ranks would have when they
+    closed (``jobs`` processes; benchmarks/scale.py times this separately from the summary, and a
+    run recorded by an older syncviz gets them this way). Returns how many were written."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing as mp
+
+    from syncviz.trace import read as R
+    files = list(R.rank_files(Path(run_dir)).items())
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
+    if jobs == 1:
+        return sum(_write_one(f) for f in files)
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        return sum(pool.map(_write_one, files, chunksize=16))
+
+
+def _write_one(item: tuple[int, Path]) -> bool:
+    return write(*item) is not None

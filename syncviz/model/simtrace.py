@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from syncviz.analysis import rank_pass
 from syncviz.trace import schema as S
 from syncviz.trace import write_json_atomic
 
@@ -262,6 +263,8 @@ def _write_ranks(ranks: list[int]) -> int:
         with pa.OSFile(lpath, "wb") as sink, pa.ipc.new_stream(
                 sink, S.LAYOUT_SCHEMA.with_metadata(S.stream_metadata(r))) as w:
             w.write_batch(layout)
+        if not _JOB.get("dry_run") and rank_pass.worth_it(os.path.getsize(path), tl.cfg.world_size):
+            rank_pass.write(r, Path(path))      # as a traced rank does when it closes (record.recorder)
     return rows
 
 
