@@ -1,0 +1,253 @@
+"""Each rank's own first pass (analysis/rank_pass.py), written when it closes: the summary combined
+from them is the summary read from every event, number by number and byte by byte, on every frozen
+fixture, on simulated DDP and ZeRO-3 runs, one rank and several ranks a partition; a pass that does
+not belong to exactly its rank file and this code is never used; real traced ranks write them."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from syncviz.analysis import partition_passes as PP
+from syncviz.analysis import rank_pass
+from syncviz.analysis.partitioned import summarize
+from syncviz.cli import cli
+from syncviz.trace import read as R
+from syncviz.views import runcache as RC
+from test_partitioned import _same, _text
+from tracebuild import simulated_run
+
+DATA = Path(__file__).parent / "data"
+FIXTURES = ["ddp-2rank", "straggler", "zero2", "old-minor", "truncated-rank"]
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The rank files the summary reads (lists of rank numbers, one per partition read)."""
+    seen: list[list[int]] = []
+    real = PP._read
+
+    def counted(files, *a, **k):
+        seen.append(sorted(files))
+        return real(files, *a, **k)
+    monkeypatch.setattr(PP, "_read", counted)
+    return seen
+
+
+def _copy(src: Path, tmp_path: Path) -> Path:
+    run = tmp_path / src.name
+    shutil.copytree(src, run)
+    return run
+
+
+def _aside(run: Path):
+    """Move the ranks' first passes out of the run; returns a function that puts them back."""
+    where = run / RC.CACHE_DIR / rank_pass.DIR
+    away = run.parent / f"{run.name}-passes"
+    where.rename(away)
+    return lambda: away.rename(where)
+
+
+def _equal(a, b):
+    diffs = _same(a.summary, b.summary)
+    assert not diffs, diffs[:5]
+    for k in ("steps", "step_table", "bucket_table", "collective_table", "offload", "rank_skew", "spans"):
+        x, y = getattr(a, k), getattr(b, k)
+        if x is None or y is None:
+            assert x is None and y is None, k
+            continue
+        pd.testing.assert_frame_equal(x, y, check_exact=True, obj=k)     # dtypes and index too
+    assert a.facts == b.facts and a.problems == b.problems and a.incomplete_ranks == b.incomplete_ranks
+    assert _text(a) == _text(b)
+
+
+def _cli(*args) -> str:
+    r = CliRunner().invoke(cli, [*args, "--jobs", "1"])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def _summaries(run: Path, target: int, tmp_path: Path):
+    """summarize with everything the views ask of it (JSON rows, export pieces, Replay pieces)."""
+    out = {}
+    for k in ("json", "export", "replay"):
+        (tmp_path / k).mkdir(parents=True, exist_ok=True)
+    t = summarize(run, jobs=1, target_events=target, json_dir=str(tmp_path / "json"),
+                  export_dir=str(tmp_path / "export"), replay_dir=str(tmp_path / "replay"))
+    out["json"] = b"".join(Path(p).read_bytes() for p in t.bucket_json if p)
+    out["export"] = {k: t.export[k] for k in ("bucket_table", "bucket_skew", "step_first")}
+    out["replay"] = {k: t.replay[k] for k in ("origin", "joined")} if t.replay is not None else None
+    out["lateness"] = [(tmp_path / "replay" / Path(p["file"]).name).read_bytes() for p in t.replay["lateness"]] \
+        if t.replay is not None else None
+    return t, out
+
+
+def _same_pieces(a: dict, b: dict) -> None:
+    assert a["json"] == b["json"] and a["lateness"] == b["lateness"]
+    for part in ("export", "replay"):
+        assert (a[part] is None) == (b[part] is None)
+        for k, x in (a[part] or {}).items():
+            y = b[part][k]
+            if isinstance(x, pd.DataFrame):
+                pd.testing.assert_frame_equal(x, y, check_exact=True, obj=k)
+            elif isinstance(x, pd.Series):
+                pd.testing.assert_series_equal(x, y, check_exact=True, obj=k)
+            else:
+                assert x == y, k
+
+
+@pytest.mark.parametrize("target", [1, 10**9], ids=["rank-per-partition", "one-partition"])
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_summary_from_the_ranks_first_passes(tmp_path, name, target, reads):
+    run = _copy(DATA / name, tmp_path)
+    files = R.rank_files(run)
+    wrote = {r: rank_pass.write(r, f) for r, f in files.items()}
+    read_before = list(reads)
+    reads.clear()
+    with_passes = summarize(run, jobs=1, target_events=target)
+    used_reads = list(reads)
+    back = _aside(run)
+    reads.clear()
+    every_event = summarize(run, jobs=1, target_events=target)
+    back()
+    _equal(with_passes, every_event)
+    unusable = sorted(r for r, w in wrote.items() if w is None)
+    # only a rank file read without a problem keeps its pass; a partition holding any other is read
+    if name == "truncated-rank":
+        assert unusable and with_passes.problems
+    else:
+        assert not unusable
+    expected = [] if not unusable else ([unusable] if target == 1 else [sorted(files)])
+    assert used_reads == expected, (read_before, used_reads)
+
+
+def _simulated(tmp_path, monkeypatch, name, *args) -> Path:
+    monkeypatch.setenv(rank_pass.ENV, "always")
+    return simulated_run(tmp_path, name, *args)
+
+
+@pytest.mark.parametrize("target", [1, 10**9], ids=["rank-per-partition", "one-partition"])
+@pytest.mark.parametrize("preset", [("zero3", "--preset", "llama70b-8", "--steps", "3"),
+                                    ("ddp", "--preset", "gpt2-medium-8", "--strategy", "ddp", "--steps", "3",
+                                     "--straggler", "5:0.3")], ids=["zero3", "ddp-straggler"])
+def test_simulated_runs_write_them_and_the_summary_is_the_same(tmp_path, monkeypatch, preset, target, reads):
+    run = _simulated(tmp_path, monkeypatch, *preset)
+    files = R.rank_files(run)
+    assert all(rank_pass.load(r, f) is not None for r, f in files.items()), "simulate keeps every rank's pass"
+    reads.clear()
+    a, a_more = _summaries(run, target, tmp_path / "a")
+    assert reads == [], "no rank file read where every rank kept its pass"
+    back = _aside(run)
+    b, b_more = _summaries(run, target, tmp_path / "b")
+    back()
+    _equal(a, b)
+    _same_pieces(a_more, b_more)
+    assert a_more["json"] or "zero3" in run.name, "the DDP run's bucket rows are compared"
+    # the commands' own output, byte for byte
+    text, as_json = _cli("summary", "--fresh", str(run)), _cli("summary", "--json", str(run))
+    back = _aside(run)
+    assert _cli("summary", "--fresh", str(run)) == text
+    assert _cli("summary", "--json", str(run)) == as_json
+    back()
+
+
+def test_simulate_keeps_none_below_the_threshold(tmp_path, monkeypatch):
+    monkeypatch.delenv(rank_pass.ENV, raising=False)
+    run = simulated_run(tmp_path, "small", "--preset", "llama70b-8", "--steps", "2")
+    assert not (run / RC.CACHE_DIR / rank_pass.DIR).exists()
+
+
+def test_worth_it(monkeypatch):
+    monkeypatch.delenv(rank_pass.ENV, raising=False)
+    assert rank_pass.worth_it(rank_pass.WORTH_BYTES // 8, 8)
+    assert not rank_pass.worth_it(rank_pass.WORTH_BYTES // 8 - 1, 8)
+    assert not rank_pass.worth_it(10 << 20, 2)
+    monkeypatch.setenv(rank_pass.ENV, "always")
+    assert rank_pass.worth_it(1, 1)
+    monkeypatch.setenv(rank_pass.ENV, "never")
+    assert not rank_pass.worth_it(1 << 40, 1024)
+
+
+def test_a_pass_not_of_exactly_this_rank_file_and_code_is_not_used(tmp_path, monkeypatch, reads):
+    run = _copy(DATA / "straggler", tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        assert rank_pass.write(r, f) is not None
+    expected = summarize(run, jobs=1, target_events=1)
+    # rank 1's file rewritten since (same bytes, new mtime), rank 2's pass damaged, rank 3's written by other code
+    st = files[1].stat()
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    p2 = rank_pass.path_of(files[2])
+    p2.write_bytes(p2.read_bytes()[: p2.stat().st_size // 2])
+    with monkeypatch.context() as m:
+        m.setattr(rank_pass, "code_digest", lambda: "other-code")
+        assert rank_pass.write(3, files[3]) is not None
+    for r in (1, 2, 3):
+        assert rank_pass.load(r, files[r]) is None
+    assert rank_pass.load(0, files[0]) is not None
+    reads.clear()
+    got = summarize(run, jobs=1, target_events=1)
+    _equal(got, expected)
+    assert reads == [[1], [2], [3]]
+    # another rank's pass under this rank's name, and a file that is no pass at all
+    p0 = rank_pass.path_of(files[0])
+    shutil.copy(p0, rank_pass.path_of(files[1]))
+    assert rank_pass.load(1, files[1]) is None
+    p0.write_bytes(b"not a pass at all")
+    assert rank_pass.load(0, files[0]) is None
+
+
+def test_the_run_cache_keeps_them_when_it_empties(tmp_path):
+    run = _copy(DATA / "ddp-2rank", tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        rank_pass.write(r, f)
+    stale = run / RC.CACHE_DIR / "old-entry.json"
+    stale.write_text("{}")
+    sig = RC.signature(run)
+    tables = summarize(run, jobs=1)
+    assert RC.put_summary(run, tables, sig)
+    assert not stale.exists(), "a stale cache is emptied"
+    assert all(rank_pass.load(r, f) is not None for r, f in files.items()), "but the ranks' passes are kept"
+
+
+@pytest.mark.slow
+def test_traced_ranks_keep_their_first_pass(tmp_path, reads):
+    """Real torchrun, real DDP on gloo: with SYNCVIZ_RANK_PASS=always each rank writes its pass at close
+    (this run is far below the size where that is the default), and the summary uses them."""
+    script = Path(__file__).parent / "scripts" / "user_train.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", rank_pass.ENV: "always"}
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", "2", "--out", str(out), "--quiet",
+                        str(script), "--steps", "3"], capture_output=True, text=True, env=env, timeout=300,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "first pass not kept" not in p.stderr
+    files = R.rank_files(out)
+    assert sorted(files) == [0, 1]
+    for r, f in files.items():
+        head, _ = rank_pass.load(r, f)
+        assert head["rank"] == r and head["rows"] > 0
+    reads.clear()
+    a = summarize(out, jobs=1)
+    assert reads == []
+    back = _aside(out)
+    b = summarize(out, jobs=1)
+    back()
+    _equal(a, b)
+    # the default on a run this small: none kept
+    env.pop(rank_pass.ENV)
+    small = tmp_path / "small"
+    p = subprocess.run([sys.executable, "-m", "syncviz", "trace", "--nproc-per-node", "2", "--out", str(small), "--quiet",
+                        str(script), "--steps", "2"], capture_output=True, text=True, env=env, timeout=300,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert not (small / RC.CACHE_DIR / rank_pass.DIR).exists()
+    assert json.loads((small / "run.json").read_text())["finished"] is True
