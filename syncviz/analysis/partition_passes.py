@@ -59,10 +59,11 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     partition's comm rows in for pass 2 (partition_local.save); ``compare``: also what compare
     measures (analysis.comparison's partition inputs). Where every rank of the partition wrote its
     own first pass when its recording closed (analysis.rank_pass), those are combined instead of
-    reading the rank files (the same results: tests/test_rank_pass.py)."""
+    reading the rank files (the same results: tests/test_rank_pass.py), and nothing is kept: pass 2
+    merges them again."""
     if not compare:
         from syncviz.analysis import rank_pass
-        found = rank_pass.partition_pass1(files, keep)
+        found = rank_pass.partition_pass1(files)
         if found is not None:
             return found
     index: dict = {}
@@ -211,9 +212,12 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     tables.bucket_table's headline (None: every step)}; ``replay_dir``: keep what the dashboard's
     Replay needs of these ranks to draw one step without reading every rank (steplateness: the
     lateness rows, and each step's earliest compute or comm start)."""
+    from syncviz.analysis import rank_pass
     if kept is not None and Path(kept).exists():
         c, idents, extra = PL.load(kept)
         Path(kept).unlink()
+    elif (found := rank_pass.partition_local(files)) is not None:     # pass 1 used them too
+        c, idents, extra = found
     else:
         ev, *_ = _read(files)
         if ev is None:
