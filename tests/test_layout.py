@@ -12,6 +12,11 @@ ROOTS = {"syncviz": "syncviz", "syncviz.dashboard": "dashboard", "syncviz.kernel
 RANK = {"trace": 0, "kernels": 0, "record": 1, "analysis": 1, "model": 2, "sync": 2,
         "views": 3, "dashboard": 3.5, "workloads": 4, "cli": 5, "__main__": 6}   # the dashboard may use views
 MAX_LINES = 400
+# Edges that run up the stack on purpose, each with its reason (a new one is a design decision):
+# - a rank, when its recording closes, analyses its own file with the analysis package's definitions and
+#   keeps the result beside it (analysis/rank_pass.py): the one place a rank has spare CPU of its own, so
+#   a big run's summary need not read every event on one machine. Imported lazily, at close only.
+ALLOWED_UP = {("syncviz.record.first_pass", "syncviz.analysis.rank_pass")}
 
 
 def _modules() -> dict[str, Path]:
@@ -56,7 +61,7 @@ def test_no_relative_imports_no_cycles_no_back_edges():
     assert not cycles, cycles
     back = [(a, b) for a, bs in edges.items() for b in bs
             if _stage(a) in RANK and _stage(b) in RANK and _stage(a) != _stage(b)
-            and RANK[_stage(b)] >= RANK[_stage(a)] and not (_stage(b) == "trace")]
+            and RANK[_stage(b)] >= RANK[_stage(a)] and not (_stage(b) == "trace") and (a, b) not in ALLOWED_UP]
     assert not back, f"imports that run up (or across) the stack: {back}"
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from syncviz.analysis import partition_passes as PP
+from syncviz.analysis import partition_facts as PF
 from syncviz.analysis import rank_pass
 from syncviz.analysis.partitioned import summarize
 from syncviz.cli import cli
@@ -32,12 +32,12 @@ FIXTURES = ["ddp-2rank", "straggler", "zero2", "old-minor", "truncated-rank"]
 def reads(monkeypatch):
     """The rank files the summary reads (lists of rank numbers, one per partition read)."""
     seen: list[list[int]] = []
-    real = PP._read
+    real = PF.read_events
 
     def counted(files, *a, **k):
         seen.append(sorted(files))
         return real(files, *a, **k)
-    monkeypatch.setattr(PP, "_read", counted)
+    monkeypatch.setattr(PF, "read_events", counted)
     return seen
 
 

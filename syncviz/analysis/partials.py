@@ -14,7 +14,8 @@ from syncviz.analysis import spill
 from syncviz.analysis.metrics import _ms
 from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
 
-from syncviz.analysis.partition_passes import _EVENTS, pass1, pass2, span_table, step_facts  # noqa: F401  (the workers' half)
+from syncviz.analysis.partition_facts import span_table, step_facts  # noqa: F401
+from syncviz.analysis.partition_passes import _EVENTS, pass1, pass2  # noqa: F401  (the workers' half)
 
 SKEW_KEY = ["step", "micro", "kind", "bucket", "name"]
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from syncviz.analysis import keys as K
 from syncviz.analysis import partition_local as PL
-from syncviz.analysis import partition_passes as PP
+from syncviz.analysis import partition_facts as PF
 from syncviz.codedigest import code_digest
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
@@ -69,18 +69,18 @@ def write(rank: int, rank_file: Path) -> Path | None:
     rank_file = Path(rank_file)
     before = _identity(rank_file)
     index: dict = {}
-    ev, problems, incomplete, errors = PP._read({rank: rank_file}, index)
+    ev, problems, incomplete, errors = PF.read_events({rank: rank_file}, index)
     if ev is None or not len(ev) or problems or incomplete or errors:
         return None
     local = PL.local_pass(ev)
     if not len(local.steps):      # no step rows: an empty step_metrics frame has no column types to keep
         return None
-    out = PP.empty_pass1([], [], [], PP.span_table(index))
-    PP.event_facts(out, ev)
+    out = PF.empty_pass1([], [], [], PF.span_table(index))
+    PF.event_facts(out, ev)
     c = local.comm
     arrays = {f"c_{k}": v for k, v in c.items() if k not in PL.DICTIONARIES and k != "ident"}
     arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in PL.DICTIONARIES})
-    arrays.update({f"x_{k}": v for k, v in PP._extras(ev, local).items()})
+    arrays.update({f"x_{k}": v for k, v in PF.pass2_extras(ev, local).items()})
     arrays.update({f"s_{k}": local.steps[k].to_numpy() for k in local.steps.columns})
     f = out["facts"]
     arrays.update({"f_ranks": f["ranks"], "f_steps": f["steps"], "f_first_step": f["first"].index.to_numpy(),
@@ -194,15 +194,15 @@ def partition_pass1(files: dict[int, Path]) -> dict | None:
     cat = [z for _, z in loaded]
     c, idents, _ = _merged(loaded)
     spans = _cat(cat, "p_spans").reshape(-1, len(SP.COLUMNS))
-    out = PP.empty_pass1([], [], [], pd.DataFrame(spans, columns=SP.COLUMNS))
+    out = PF.empty_pass1([], [], [], pd.DataFrame(spans, columns=SP.COLUMNS))
     out["rows"] = int(sum(h["rows"] for h in heads))
     out["kept_ranks"] = len(heads)
     out["last_step"] = {int(r): int(s) for h in heads for r, s in h["last_step"]}
     out["max_rank"] = max(h["max_rank"] for h in heads)
     out["facts"] = _facts(heads, cat)
-    out["step_first"] = PP._min_by_step(_cat(cat, "t_step"), _cat(cat, "t_start"), "start_ns")
+    out["step_first"] = PF.min_by_step(_cat(cat, "t_step"), _cat(cat, "t_start"), "start_ns")
     steps = pd.DataFrame({k: _cat(cat, f"s_{k}") for k in columns})
-    PP.comm_facts(out, steps, c, idents)
+    PF.comm_facts(out, steps, c, idents)
     return out
 
 
@@ -217,9 +217,9 @@ def _cat(arrays: list[dict], key: str) -> np.ndarray:
 
 
 def _facts(heads: list[dict], arrays: list[dict]) -> dict:
-    """partition_passes.step_facts of the partition from its ranks' own."""
-    first, = PP._by_step(_cat(arrays, "f_first_step"), [_cat(arrays, "f_first")], ["start"], [np.minimum])
-    last, = PP._by_step(_cat(arrays, "f_last_step"), [_cat(arrays, "f_last")], ["end"], [np.maximum])
+    """partition_facts.step_facts of the partition from its ranks' own."""
+    first, = PF.by_step(_cat(arrays, "f_first_step"), [_cat(arrays, "f_first")], ["start"], [np.minimum])
+    last, = PF.by_step(_cat(arrays, "f_last_step"), [_cat(arrays, "f_last")], ["end"], [np.maximum])
     return {"ranks": K.unique_ints(_cat(arrays, "f_ranks")), "top_bucket": max(h["top_bucket"] for h in heads),
             "steps": K.unique_ints(_cat(arrays, "f_steps")), "first": first, "last": last}
 
@@ -230,7 +230,7 @@ _CODED = {"name": "names", "op": "ops", "phase": "phases", "dtype": "dtypes"}
 
 def merge(comms: list[dict], extras: list[dict]) -> tuple[dict, dict, dict]:
     """(comm, idents, extra) of one partition from its ranks' own comm rows and pass-2 extras, in
-    rank order: what partition_local.local_pass and partition_passes._extras give when the ranks are
+    rank order: what partition_local.local_pass and partition_facts.pass2_extras give when the ranks are
     read together. Per-row results depend on their own rank only; the dictionaries are merged
     (sorted, as the partition's reader sorts them, so codes keep their order), bucket rows' places
     shifted, and the identities numbered over the partition."""
@@ -252,7 +252,7 @@ def merge(comms: list[dict], extras: list[dict]) -> tuple[dict, dict, dict]:
         c[key] = np.concatenate(pieces)
     order = np.concatenate([x["order"] + o for x, o in zip(extras, offsets)])
     idents = PL.identities(c, order)
-    origin = PP._min_by_step(np.concatenate([x["origin_step"] for x in extras]),
+    origin = PF.min_by_step(np.concatenate([x["origin_step"] for x in extras]),
                              np.concatenate([x["origin"] for x in extras]), "start_ns")
     extra = {"rows": np.array([sum(int(x["rows"][0]) for x in extras)]), "order": order,
              "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy()}

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from syncviz.record import clock
+from syncviz.record import clock, first_pass
 from syncviz.record.batch import apply_cuda_times, build_batch, stamp_late_ends
 from syncviz.record.discover import RootDiscovery
 from syncviz.record.alignment import ProcessGroupClock
@@ -254,20 +254,6 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
             self._meta_identity = write_run_meta(self, self._meta_identity, steps, finished)
             self._last_meta_write = time.monotonic()
 
-    def _keep_first_pass(self, path) -> None:
-        """On a big run, analyse this rank's own file now, on this rank's CPU, and keep the result
-        beside it (analysis/rank_pass.py): the summary then combines the ranks' first passes instead
-        of reading every event on one machine (10^8 events: the first pass fell from ~37 to ~8 s of a
-        two-core summary). A problem here costs the summary that saving, never the run."""
-        try:
-            from syncviz.analysis import rank_pass
-            if rank_pass.worth_it(path.stat().st_size, self.world_size):
-                rank_pass.write(self.rank, path)
-        except Exception as e:     # noqa: BLE001 - the user's run must end as it would untraced
-            import sys
-            print(f"[syncviz] rank {self.rank}: first pass not kept ({type(e).__name__}: {e}); "
-                  "`syncviz summary` reads this rank's events instead", file=sys.stderr, flush=True)
-
     # ------------------------------------------------------------------------- profiling
     def profile_range(self, index: int, nbytes: int):
         """A named range per bucket collective in torch.profiler traces (--profile), e.g.
@@ -406,8 +392,7 @@ class Recorder(PhaseHooks, CudaTimes, ProcessGroupClock):
         self.write_meta(finished=finished)
         for cb in self._close_callbacks:
             cb(self)
-        if finished and self._writer is not None:
-            self._keep_first_pass(self._writer.path)
+        first_pass.keep(self.rank, self.world_size, self._writer, finished)
         # After the last step gloo's threads may still be releasing its Python objects; if the
         # process ends first it aborts (record/quiesce.py). close() is the one point every way of
         # tracing passes after the last step: `syncviz trace`, syncviz.tracing(), instrument().
