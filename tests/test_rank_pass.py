@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -251,3 +252,32 @@ def test_traced_ranks_keep_their_first_pass(tmp_path, reads):
     assert p.returncode == 0, p.stderr[-3000:]
     assert not (small / RC.CACHE_DIR / rank_pass.DIR).exists()
     assert json.loads((small / "run.json").read_text())["finished"] is True
+
+
+@pytest.mark.parametrize("name", ["straggler", "zero2"])
+def test_merged_arrays_are_the_partitions_own(tmp_path, name):
+    """What pass 2 gets from the ranks' passes is, array by array (values and types), what reading the
+    partition gives: comm rows (codes decoded to their strings), identities and the other rows' extras."""
+    from syncviz.analysis import partition_facts as PF2
+    from syncviz.analysis import partition_local as PL
+    run = _copy(DATA / name, tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        assert rank_pass.write(r, f) is not None
+    ev, *_ = PF2.read_events(files)
+    local = PL.local_pass(ev)
+    want_c, want_i, want_x = local.comm, local.idents, PF2.pass2_extras(ev, local)
+    got_c, got_i, got_x = rank_pass.partition_local(files)
+    coded = {"name": "names", "op": "ops", "phase": "phases", "dtype": "dtypes"}
+    assert set(got_c) == set(want_c)
+    for k, v in want_c.items():
+        if k in PL.DICTIONARIES:
+            continue
+        w, g = (want_c[coded[k]][v], got_c[coded[k]][got_c[k]]) if k in coded else (v, got_c[k])
+        assert g.dtype == w.dtype or k in coded, (k, g.dtype, w.dtype)
+        np.testing.assert_array_equal(g, w, err_msg=k)      # NaN equals NaN
+    for want, got in ((want_i, got_i), (want_x, got_x)):
+        assert set(got) == set(want)
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype, k
+            np.testing.assert_array_equal(got[k], v, err_msg=k)

@@ -75,7 +75,10 @@ def combine_events(parts: list) -> pd.DataFrame:
     return out
 
 
-def combine_stragglers(second: list[dict], events: pd.DataFrame) -> pd.DataFrame:
+def combine_stragglers(second: list[dict], events: pd.DataFrame, map_fn=map) -> pd.DataFrame:
+    """queueing.straggler_table of the run from each partition's counts and scratch rows; ``map_fn``:
+    where the per-partition work runs (the summary's workers: ~1.5 s of the parent's time at 10^8
+    events, 128 partitions, when it ran here)."""
     cols = ["rank", "events", "last", "last_pct", "mean_late_ms", "waited_for_ms_per_step"]
     done = [r for r in second if r["strag"]]
     if not done:
@@ -83,25 +86,29 @@ def combine_stragglers(second: list[dict], events: pd.DataFrame) -> pd.DataFrame
     n_at_max = sum(r["n_at_max"] for r in second if r["n_at_max"] is not None)
     event_wait = sum(r["wait"] for r in second if r["wait"] is not None)
     unique = n_at_max == 1
-    frames = []
-    for r in done:
-        with open(r["strag"], "rb") as f:      # partition_joined.stragglers' three arrays
-            rank, ev, at_max = (np.lib.format.read_array(f, allow_pickle=False) for _ in range(3))
-        counted = unique[ev]
-        is_last = at_max & counted
-        # a partition's few consecutive ranks coded by counting (np.unique's sort of ~470,000 rows a
-        # partition was most of this loop: 128 partitions, ~1.6 s in the parent at 10^8 events)
-        inv, n = K.dense_codes(rank)
-        ranks = K.unique_ints(rank)
-        frames.append(pd.DataFrame({
-            "events": np.bincount(inv[counted], minlength=n).astype(np.int64),
-            "last": np.bincount(inv[is_last], minlength=n).astype(np.int64),
-            "mean_late_ns": r["late"].reindex(ranks).to_numpy(),
-            "wait_ns": np.bincount(inv, weights=np.where(is_last, event_wait[ev], 0.0), minlength=n)},
-            index=pd.Index(ranks, name="rank")))
-    per = pd.concat(frames).sort_index()
+    per = pd.concat(list(map_fn(_straggler_rows, [(r["strag"], r["late"], unique, event_wait) for r in done]))).sort_index()
     nsteps = max(1, len(set().union(*(r["strag_steps"] for r in done))))
     return Q.straggler_rows(per, nsteps)
+
+
+def _straggler_rows(task: tuple) -> pd.DataFrame:
+    """One partition's per-rank straggler counts (events, times last, waiting for it) from its
+    scratch rows, given every collective's count of ranks at the last launch and its wait."""
+    path, late, unique, event_wait = task
+    with open(path, "rb") as f:      # partition_joined.stragglers' three arrays
+        rank, ev, at_max = (np.lib.format.read_array(f, allow_pickle=False) for _ in range(3))
+    counted = unique[ev]
+    is_last = at_max & counted
+    # a partition's few consecutive ranks coded by counting (np.unique's sort of ~470,000 rows a
+    # partition was most of this loop: 128 partitions, ~1.6 s in the parent at 10^8 events)
+    inv, n = K.dense_codes(rank)
+    ranks = K.unique_ints(rank)
+    return pd.DataFrame({
+        "events": np.bincount(inv[counted], minlength=n).astype(np.int64),
+        "last": np.bincount(inv[is_last], minlength=n).astype(np.int64),
+        "mean_late_ns": late.reindex(ranks).to_numpy(),
+        "wait_ns": np.bincount(inv, weights=np.where(is_last, event_wait[ev], 0.0), minlength=n)},
+        index=pd.Index(ranks, name="rank"))
 
 
 def reduce_skew(parts: list) -> pd.DataFrame | None:

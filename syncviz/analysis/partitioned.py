@@ -278,7 +278,7 @@ def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, eve
     s["service_ms"] = _ms(row["service_ns"]) if n_hw else float("nan")
     s["queue_ms"] = _ms(row["queue_ns"]) if n_hw else float("nan")
     s["problems"] = list(problems)
-    table = P.combine_stragglers(second, events)
+    table = P.combine_stragglers(second, events, map_fn)
     s["stragglers"] = table.to_dict(orient="records")
     st = Q.straggler(table, world_size, Q.clock_error_bound(meta))
     s["straggler_detail"] = st

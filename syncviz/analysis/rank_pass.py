@@ -89,7 +89,11 @@ def write(rank: int, rank_file: Path) -> Path | None:
                    "t_step": out["step_first"].index.to_numpy(), "t_start": out["step_first"].to_numpy()})
     if _identity(rank_file) != before:
         return None
-    head = {"format": FORMAT, "code": code_digest(), "rank": rank, "size": before[0], "mtime_ns": before[1],
+    # integer columns kept in the smallest type that holds them (less to decompress: merge widens them
+    # back as it concatenates; "wide" names each one's own type)
+    wide = {k: v.dtype.str for k, v in arrays.items() if k[:2] in ("c_", "x_") and v.dtype.kind == "i"}
+    arrays.update({k: PL._small(arrays[k]) for k in wide})
+    head = {"format": FORMAT, "code": code_digest(), "rank": rank, "size": before[0], "mtime_ns": before[1], "wide": wide,
             "rows": out["rows"], "last_step": [[r, s] for r, s in out["last_step"].items()],
             "max_rank": out["max_rank"], "steps": list(local.steps.columns),
             "top_bucket": f["top_bucket"]}
@@ -143,7 +147,8 @@ def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
         if not (head.get("format") == FORMAT and head.get("code") == code_digest() and head.get("rank") == rank
                 and [head.get("size"), head.get("mtime_ns")] == list(_identity(rank_file))):
             return None
-        raw = bytearray(pa.decompress(packed, decompressed_size=head["payload"], codec="zstd", asbytes=True))
+        # read-only views of the decompressed buffer: merge copies every array it keeps
+        raw = pa.decompress(packed, decompressed_size=head["payload"], codec="zstd")
         z = {k: np.frombuffer(raw, dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
              if nbytes else np.zeros(shape, dtype=np.dtype(dt)) for k, dt, shape, at, nbytes in head["arrays"]}
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
@@ -168,7 +173,8 @@ def _load_all(files: dict[int, Path]) -> list[tuple[dict, dict]] | None:
 
 def _merged(loaded: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
     cat = [z for _, z in loaded]
-    return merge([_comm(z) for z in cat], [{k[2:]: v for k, v in z.items() if k.startswith("x_")} for z in cat])
+    return merge([_comm(z) for z in cat], [{k[2:]: v for k, v in z.items() if k.startswith("x_")} for z in cat],
+                 loaded[0][0]["wide"])
 
 
 def partition_local(files: dict[int, Path]) -> tuple[dict, dict, dict] | None:
@@ -228,7 +234,7 @@ def _facts(heads: list[dict], arrays: list[dict]) -> dict:
 _CODED = {"name": "names", "op": "ops", "phase": "phases", "dtype": "dtypes"}
 
 
-def merge(comms: list[dict], extras: list[dict]) -> tuple[dict, dict, dict]:
+def merge(comms: list[dict], extras: list[dict], wide: dict) -> tuple[dict, dict, dict]:
     """(comm, idents, extra) of one partition from its ranks' own comm rows and pass-2 extras, in
     rank order: what partition_local.local_pass and partition_facts.pass2_extras give when the ranks are
     read together. Per-row results depend on their own rank only; the dictionaries are merged
@@ -244,21 +250,21 @@ def merge(comms: list[dict], extras: list[dict]) -> tuple[dict, dict, dict]:
             continue
         if key in _CODED:
             d = _CODED[key]
-            pieces = [np.searchsorted(c[d], x[d]).astype(x[key].dtype)[x[key]] if len(x[d]) else x[key] for x in comms]
+            pieces = [np.searchsorted(c[d], x[d])[x[key]] if len(x[d]) else x[key] for x in comms]
         elif key == "bucket_rows":
             pieces = [x[key] + o for x, o in zip(comms, offsets)]
         else:
             pieces = [x[key] for x in comms]
-        c[key] = np.concatenate(pieces)
-    order = np.concatenate([x["order"] + o for x, o in zip(extras, offsets)])
+        c[key] = _concat(pieces, wide.get(f"c_{key}"))
+    order = _concat([x["order"] + o for x, o in zip(extras, offsets)], wide.get("x_order"))
     idents = PL.identities(c, order)
-    origin = PF.min_by_step(np.concatenate([x["origin_step"] for x in extras]),
-                             np.concatenate([x["origin"] for x in extras]), "start_ns")
+    origin = PF.min_by_step(_concat([x["origin_step"] for x in extras], wide.get("x_origin_step")),
+                            _concat([x["origin"] for x in extras], wide.get("x_origin")), "start_ns")
     extra = {"rows": np.array([sum(int(x["rows"][0]) for x in extras)]), "order": order,
              "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy()}
     for key in extras[0]:
         if key not in extra:
-            extra[key] = np.concatenate([x[key] for x in extras])
+            extra[key] = _concat([x[key] for x in extras], wide.get(f"x_{key}"))
     return c, idents, extra
 
 
@@ -280,3 +286,9 @@ def write_run(run_dir, jobs: int | None = None) -> int:
 
 def _write_one(item: tuple[int, Path]) -> bool:
     return write(*item) is not None
+
+
+def _concat(pieces: list, dtype: str | None) -> np.ndarray:
+    """The pieces as one new array, in ``dtype`` when given (the column's own type before it was
+    kept small)."""
+    return np.concatenate(pieces) if dtype is None else np.concatenate(pieces, dtype=np.dtype(dtype))
