@@ -184,31 +184,16 @@ def save(path: str, local: Local, extra: dict) -> None:
     over ~80 MB a partition cost ~50 ms of the write (measured). The identity's columns are left out
     and codes kept in the smallest integer type that holds them: at 10^8 events these files are
     ~6 GB of scratch written while the rank files are read, ~65 bytes a comm row."""
-    with open(path, "wb") as f:
-        write_arrays(f, arrays_of(local.comm, local.idents, extra))
-
-
-def arrays_of(c: dict, idents: dict, extra: dict) -> dict:
-    """save's named arrays of a partition's comm rows, identities and ``extra``."""
-    arrays = {f"c_{k}": _small(v) if k in _WIDE else v for k, v in c.items() if k not in DICTIONARIES and k not in IDENTITY}
+    c = local.comm
+    arrays = {f"c_{k}": small_ints(v) if k in _WIDE else v for k, v in c.items() if k not in DICTIONARIES and k not in IDENTITY}
     arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in DICTIONARIES})
-    arrays.update({f"i_{k}": v for k, v in idents.items()})
-    arrays.update({f"x_{k}": _small(v) if k == "order" else v for k, v in extra.items()})
-    return dict(_pack(k, v) if k in _PACKED else (k, v) for k, v in arrays.items())
-
-
-def write_arrays(f, arrays: dict) -> None:
-    """Named arrays to an open binary file: the names, then each array (.npy format, no pickle)."""
-    np.lib.format.write_array(f, np.asarray(list(arrays), dtype=str), allow_pickle=False)
-    for v in arrays.values():
-        np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
-
-
-def read_arrays(f) -> dict:
-    """write_arrays' named arrays, packed ones unpacked."""
-    names = np.lib.format.read_array(f, allow_pickle=False).tolist()
-    z = {k: np.lib.format.read_array(f, allow_pickle=False) for k in names}
-    return dict(_unpack(k, v) if k.startswith("z") else (k, v) for k, v in z.items())
+    arrays.update({f"i_{k}": v for k, v in local.idents.items()})
+    arrays.update({f"x_{k}": small_ints(v) if k == "order" else v for k, v in extra.items()})
+    arrays = dict(_pack(k, v) if k in _PACKED else (k, v) for k, v in arrays.items())
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, np.asarray(list(arrays), dtype=str), allow_pickle=False)
+        for v in arrays.values():
+            np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
 
 
 # Columns that repeat a few values row after row (message sizes, a rank's number, group sizes, ops,
@@ -235,7 +220,7 @@ def _unpack(name: str, v: np.ndarray) -> tuple[str, np.ndarray]:
 _WIDE = {"ident": np.int64, "order": np.int64, "op": np.int32, "phase": np.int32, "dtype": np.int32}
 
 
-def _small(v: np.ndarray) -> np.ndarray:
+def small_ints(v: np.ndarray) -> np.ndarray:
     """Codes and positions in the smallest integer type that holds them (load widens them back)."""
     if v.dtype.kind != "i" or v.dtype.itemsize <= 1 or not len(v):
         return v
@@ -248,11 +233,9 @@ def _small(v: np.ndarray) -> np.ndarray:
 def load(path: str) -> tuple[dict, dict, dict]:
     """(comm, idents, extra) as save wrote them, as local_pass gave them."""
     with open(path, "rb") as f:
-        return from_arrays(read_arrays(f))
-
-
-def from_arrays(z: dict) -> tuple[dict, dict, dict]:
-    """(comm, idents, extra) of arrays_of's arrays (other prefixes are left alone)."""
+        names = np.lib.format.read_array(f, allow_pickle=False).tolist()
+        z = {k: np.lib.format.read_array(f, allow_pickle=False) for k in names}
+    z = dict(_unpack(k, v) if k.startswith("z") else (k, v) for k, v in z.items())
     comm = {k[2:]: v for k, v in z.items() if k.startswith("c_")}
     comm.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_")})
     idents = {k[2:]: v for k, v in z.items() if k.startswith("i_")}
