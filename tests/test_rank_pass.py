@@ -170,6 +170,7 @@ def test_worth_it(monkeypatch):
     assert rank_pass.worth_it(rank_pass.WORTH_BYTES // 8, 8)
     assert not rank_pass.worth_it(rank_pass.WORTH_BYTES // 8 - 1, 8)
     assert not rank_pass.worth_it(10 << 20, 2)
+    assert not rank_pass.worth_it(rank_pass.MAX_BYTES + 1, 1024), "a rank bigger than two partitions keeps none"
     monkeypatch.setenv(rank_pass.ENV, "always")
     assert rank_pass.worth_it(1, 1)
     monkeypatch.setenv(rank_pass.ENV, "never")
@@ -201,6 +202,22 @@ def test_a_pass_not_of_exactly_this_rank_file_and_code_is_not_used(tmp_path, mon
     p0 = rank_pass.path_of(files[0])
     shutil.copy(p0, rank_pass.path_of(files[1]))
     assert rank_pass.load(1, files[1]) is None
+    # a header claiming a payload zstd could not have made of the bytes that follow
+    data = p0.read_bytes()
+    n = int.from_bytes(data[len(rank_pass._MAGIC):len(rank_pass._MAGIC) + 8], "little")
+    head_at = len(rank_pass._MAGIC) + 8
+    head = json.loads(data[head_at:head_at + n])
+    head["payload"] = 1 << 40
+    text = json.dumps(head).encode()
+    st0 = files[0].stat()
+    p0.write_bytes(rank_pass._MAGIC + len(text).to_bytes(8, "little") + text + data[head_at + n:])
+
+    def no_decompress(*a, **k):
+        raise AssertionError("refused before allocating what the header claims")
+    with monkeypatch.context() as m:
+        m.setattr(rank_pass.pa, "decompress", no_decompress)
+        assert rank_pass.load(0, files[0]) is None
+    assert files[0].stat().st_mtime_ns == st0.st_mtime_ns
     p0.write_bytes(b"not a pass at all")
     assert rank_pass.load(0, files[0]) is None
 

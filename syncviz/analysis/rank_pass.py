@@ -46,6 +46,9 @@ SUFFIX = ".pass1"
 # A run is worth it when the summary would read it as more than one partition (partitioned.PARTITION_EVENTS
 # events at partitioned.BYTES_PER_EVENT on disk): below that the summary is a few seconds anyway.
 WORTH_BYTES = 750_000 * 52
+# ...and a rank keeps none when its own file is bigger than two partitions: analysing it at close would
+# hold more memory in the training process than a summary worker holds (~0.4 GB per 1.5 M events).
+MAX_BYTES = 2 * WORTH_BYTES
 ENV = "SYNCVIZ_RANK_PASS"       # "always" / "never" override worth_it (tests, benchmarks)
 
 
@@ -60,7 +63,7 @@ def worth_it(rank_bytes: int, world_size: int) -> bool:
     mode = os.environ.get(ENV, "").strip().lower()
     if mode in ("always", "never"):
         return mode == "always"
-    return rank_bytes * max(1, world_size) >= WORTH_BYTES
+    return rank_bytes * max(1, world_size) >= WORTH_BYTES and rank_bytes <= MAX_BYTES
 
 
 def _identity(rank_file: Path) -> tuple[int, int]:
@@ -145,6 +148,9 @@ def _read_file(path: Path) -> tuple[dict, dict]:
     return head, data[body:]
 
 
+_MAX_RATIO = 64         # zstd kept a rank's arrays in ~1/4.2 of their size (10^8-event run); far above that is damage
+
+
 def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
     """(header, arrays) of the rank's kept first pass, or None where there is none for exactly this
     rank file and this code (a damaged file is None too: the partition is then read)."""
@@ -153,6 +159,8 @@ def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
         if not (head.get("format") == FORMAT and head.get("code") == code_digest() and head.get("rank") == rank
                 and [head.get("size"), head.get("mtime_ns")] == list(_identity(rank_file))):
             return None
+        if not 0 <= head["payload"] <= _MAX_RATIO * len(packed) + (1 << 20):
+            return None         # a header claiming more than zstd made of these arrays: not ours
         # read-only views of the decompressed buffer: merge copies every array it keeps
         raw = pa.decompress(packed, decompressed_size=head["payload"], codec="zstd")
         z = {k: np.frombuffer(raw, dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
