@@ -298,3 +298,28 @@ def test_merged_arrays_are_the_partitions_own(tmp_path, name):
         for k, v in want.items():
             assert got[k].dtype == v.dtype, k
             np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+
+def test_a_pass_that_loads_but_does_not_merge_is_read_instead(tmp_path, reads):
+    """A pass stamped for exactly its rank file and this code but missing part of its header (only a
+    file this code did not write could be so): that partition is read, with the same numbers."""
+    run = _copy(DATA / "ddp-2rank", tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        assert rank_pass.write(r, f) is not None
+    expected = summarize(run, jobs=1, target_events=1)
+    p0 = rank_pass.path_of(files[0])
+    data = p0.read_bytes()
+    at = len(rank_pass._MAGIC)
+    n = int.from_bytes(data[at:at + 8], "little")
+    head = json.loads(data[at + 8:at + 8 + n])
+    del head["wide"]
+    text = json.dumps(head).encode()
+    p0.write_bytes(rank_pass._MAGIC + len(text).to_bytes(8, "little") + text + data[at + 8 + n:])
+    assert rank_pass.load(0, files[0]) is not None, "the stamp still matches"
+    reads.clear()
+    got = summarize(run, jobs=1, target_events=1)
+    _equal(got, expected)
+    assert reads == [[0]], "rank 0 read (pass 1 keeps its rows for pass 2), rank 1 from its pass"
+    assert rank_pass.partition_local({0: files[0]}) is None and rank_pass.partition_pass1({0: files[0]}) is None
+    assert rank_pass.partition_local({1: files[1]}) is not None

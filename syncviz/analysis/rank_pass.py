@@ -26,6 +26,7 @@ tests/test_rank_pass.py compares every number, table and report byte with and wi
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -39,6 +40,8 @@ from syncviz.analysis import partition_facts as PF
 from syncviz.codedigest import code_digest
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
+
+log = logging.getLogger("syncviz.rank_pass")
 
 FORMAT = 1
 DIR = "ranks"                   # under the run's cache folder; views.runcache keeps it when it empties the rest
@@ -138,7 +141,7 @@ def _write_file(fh, head: dict, arrays: dict) -> None:
     fh.write(pa.compress(payload, codec="zstd", asbytes=True))
 
 
-def _read_file(path: Path) -> tuple[dict, dict]:
+def _read_file(path: Path) -> tuple[dict, bytes]:
     data = Path(path).read_bytes()
     if not data.startswith(_MAGIC):
         raise ValueError("not a rank pass file")
@@ -195,7 +198,23 @@ def partition_local(files: dict[int, Path]) -> tuple[dict, dict, dict] | None:
     """What pass 2 needs of a partition (partition_local.load's comm, idents and extra) from its
     ranks' kept first passes, or None when a rank has none."""
     loaded = _load_all(files)
-    return _merged(loaded) if loaded is not None else None
+    if loaded is None:
+        return None
+    try:
+        return _merged(loaded)
+    except _UNUSABLE as e:
+        return _unusable(files, e)
+
+
+# A pass that loads but does not merge (a header or an array missing: only a file this code did not
+# write for this rank can be so, whatever its stamp says) is never trusted: the partition is read.
+_UNUSABLE = (KeyError, ValueError, TypeError, IndexError)
+
+
+def _unusable(files: dict[int, Path], e: Exception) -> None:
+    log.warning("ranks %s: kept first passes unusable (%s: %s); reading their events", list(files)[:4],
+                type(e).__name__, e)
+    return None
 
 
 def partition_pass1(files: dict[int, Path]) -> dict | None:
@@ -207,6 +226,13 @@ def partition_pass1(files: dict[int, Path]) -> dict | None:
     loaded = _load_all(files)
     if loaded is None:
         return None
+    try:
+        return _pass1_of(loaded)
+    except _UNUSABLE as e:
+        return _unusable(files, e)
+
+
+def _pass1_of(loaded: list[tuple[dict, dict]]) -> dict | None:
     heads = [h for h, _ in loaded]
     columns = heads[0]["steps"]
     if any(h["steps"] != columns for h in heads):

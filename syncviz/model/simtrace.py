@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -264,8 +265,17 @@ def _write_ranks(ranks: list[int]) -> int:
                 sink, S.LAYOUT_SCHEMA.with_metadata(S.stream_metadata(r))) as w:
             w.write_batch(layout)
         if not _JOB.get("dry_run") and rank_pass.worth_it(os.path.getsize(path), tl.cfg.world_size):
-            rank_pass.write(r, Path(path))      # as a traced rank does when it closes (record.recorder)
+            _keep_first_pass(r, Path(path))
     return rows
+
+
+def _keep_first_pass(rank: int, path: Path) -> None:
+    """As a traced rank does when it closes (record/first_pass.py): a failure costs the summary
+    that saving (it reads the rank's events), never the simulated run."""
+    try:
+        rank_pass.write(rank, path)
+    except Exception as e:     # noqa: BLE001
+        print(f"syncviz simulate: rank {rank}: first pass not kept ({type(e).__name__}: {e})", file=sys.stderr)
 
 
 def layout_batch(tl) -> pa.RecordBatch:
