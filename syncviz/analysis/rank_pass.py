@@ -197,13 +197,7 @@ def _merged(loaded: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
 def partition_local(files: dict[int, Path]) -> tuple[dict, dict, dict] | None:
     """What pass 2 needs of a partition (partition_local.load's comm, idents and extra) from its
     ranks' kept first passes, or None when a rank has none."""
-    loaded = _load_all(files)
-    if loaded is None:
-        return None
-    try:
-        return _merged(loaded)
-    except _UNUSABLE as e:
-        return _unusable(files, e)
+    return _from_passes(files, _merged)
 
 
 # A pass that loads but does not merge (a header or an array missing: only a file this code did not
@@ -211,10 +205,17 @@ def partition_local(files: dict[int, Path]) -> tuple[dict, dict, dict] | None:
 _UNUSABLE = (KeyError, ValueError, TypeError, IndexError)
 
 
-def _unusable(files: dict[int, Path], e: Exception) -> None:
-    log.warning("ranks %s: kept first passes unusable (%s: %s); reading their events", list(files)[:4],
-                type(e).__name__, e)
-    return None
+def _from_passes(files: dict[int, Path], build):
+    """``build(loaded)`` of the partition's kept passes; None when a rank has none or they do not merge."""
+    loaded = _load_all(files)
+    if loaded is None:
+        return None
+    try:
+        return build(loaded)
+    except _UNUSABLE as e:
+        log.warning("ranks %s: kept first passes unusable (%s: %s); reading their events", list(files)[:4],
+                    type(e).__name__, e)
+        return None
 
 
 def partition_pass1(files: dict[int, Path]) -> dict | None:
@@ -223,13 +224,7 @@ def partition_pass1(files: dict[int, Path]) -> dict | None:
     the merged comm rows cost more than merging them twice (py-spy of the 10^8-event summary, two
     workers: 7.5 s of the workers' 19 s in pass 1 went to writing those 2.7 GB; merging a
     partition's 8 ranks takes ~70 ms)."""
-    loaded = _load_all(files)
-    if loaded is None:
-        return None
-    try:
-        return _pass1_of(loaded)
-    except _UNUSABLE as e:
-        return _unusable(files, e)
+    return _from_passes(files, _pass1_of)
 
 
 def _pass1_of(loaded: list[tuple[dict, dict]]) -> dict | None:
