@@ -173,6 +173,50 @@ def test_sparse_embedding(tmp_path):
     assert sorted(c["bytes"]) == sorted(b["bytes"])
 
 
+class _FinishedFirst:
+    """A real gloo group whose all-reduce has finished when the call returns, as gloo's own thread
+    sometimes manages before the caller's next line: then the sparse tensor is already the
+    coalesced sum of every rank's rows."""
+    def __init__(self, pg):
+        self.pg = pg
+
+    def allreduce(self, tensors, opts):
+        work = self.pg.allreduce(tensors, opts)
+        work.wait()
+        return work
+
+    def size(self):
+        return self.pg.size()
+
+
+def _sparse_bytes(rank, out):
+    import torch.distributed as dist
+
+    from syncviz import record
+    from syncviz.record import collectives
+    pg = dist.ProcessGroupGloo(dist.FileStore(str(out / "store"), 1), 0, 1)
+    rec = record.start(str(out / "run"), rank=0, world_size=1, name="sparse")
+    collectives.install(rec)
+    try:
+        grad = torch.sparse_coo_tensor(torch.tensor([[1, 1, 2, 2, 3]]), torch.ones(5, 4), (10, 4))
+        sent = collectives.tensor_bytes(grad)
+        _, row = collectives.bucket_all_reduce(rec, grad, _FinishedFirst(pg), 0)
+        (out / "bytes.txt").write_text(f"{sent} {row.nbytes} {collectives.tensor_bytes(grad)}")
+    finally:
+        collectives.uninstall()
+        rec.close()
+
+
+def test_sparse_bucket_bytes_are_read_before_the_collective(tmp_path):
+    """The bytes of a sparse bucket are the rows this rank sends (5 rows, 4 floats and one 8-byte
+    index each), even when gloo has replaced the tensor with the 3-row coalesced sum by the time
+    the call returns (test_sparse_embedding caught that race once in CI: 30,872 bytes for 17,408)."""
+    torch.multiprocessing.spawn(_sparse_bytes, args=(tmp_path,), nprocs=1, join=True)
+    sent, recorded, after = map(int, (tmp_path / "bytes.txt").read_text().split())
+    assert sent == 5 * (4 * 4 + 8) and after == 3 * (4 * 4 + 8)     # the race, made certain
+    assert recorded == sent
+
+
 def test_bucket_rebuilds_do_not_deadlock(tmp_path):
     # 1,000 DDP models, a bucket rebuild each. Before the wrapped group passed its broadcast through
     # Python, runs hung in DDP's rebuild (gloo's enqueue with the GIL held) 4 times in 1,800 rebuilds

@@ -208,9 +208,13 @@ def bucket_all_reduce(rec, tensor, group, bucket: int, opts=None):
     ``opts``: see _issue_all_reduce."""
     if _REC is not rec or rec.quiet or rec.closed:
         return _issue_all_reduce(tensor, group, opts), None
+    # Bytes are read before the call: gloo's sparse all-reduce replaces a COO tensor with the
+    # coalesced sum of every rank's rows, and when it finished first the row counted those
+    # (30,872 bytes instead of 17,408: test_sparse_embedding failed once in CI).
+    nbytes = _nb(tensor)
     launch = rec.now()
     work = _issue_all_reduce(tensor, group, opts)
-    row = CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", max(rec.micro, 0), launch, _nb(tensor),
+    row = CollectiveCall(S.COLLECTIVE, "all_reduce", "all_reduce", max(rec.micro, 0), launch, nbytes,
                          S.dtype_name(tensor.dtype), group.size(), bucket=bucket)
     row.work = work
     rec.add_collective(row)
