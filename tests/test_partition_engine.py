@@ -204,3 +204,37 @@ def test_group_medians_on_a_process_pool_equal_serial(tmp_path, monkeypatch):
     whole = pd.concat([pd.DataFrame(np.load(p.path).T, columns=["a", "b"]).assign(
         g=np.repeat([k[0] for k in p.groups], p.counts)) for p in pieces])
     pd.testing.assert_frame_equal(serial, whole.groupby("g")[["a", "b"]].median(), check_exact=True, check_names=False)
+
+
+def test_medians_that_select_groups_of_one_spill(tmp_path, monkeypatch):
+    """Several medians read one spill (as the summary reads partition_joined's comm values): each
+    picks its groups with ``select`` and its columns by name, in any order, and equals pandas'
+    median of exactly the rows it selects; groups next to each other in a file are one read."""
+    from syncviz.analysis import partition_joined as PJ
+    monkeypatch.setattr(spill, "BIG_GROUP", 50)
+    rng = np.random.default_rng(3)
+    frames, pieces = [], []
+    for i in range(3):
+        n = 250
+        f = pd.DataFrame({"flag": rng.integers(0, 3, n), "step": rng.integers(0, 6, n),
+                          "a": rng.normal(size=n), "b": rng.integers(0, 1000, n).astype(float)})
+        f.loc[rng.random(n) < 0.1, "a"] = np.nan
+        frames.append(f)
+        pieces.append(PJ.spill_by(tmp_path, f"p{i}", [(f["flag"].to_numpy(), None), (f["step"].to_numpy(), None)],
+                                  [f["a"].to_numpy(), f["b"].to_numpy()], ("a", "b")))
+    whole = pd.concat(frames, ignore_index=True)
+    flagged = lambda k: () if k[0] >= 1 else None                  # noqa: E731
+    by_step = lambda k: (k[1],) if k[0] != 0 else None             # noqa: E731
+    by_flag = lambda k: (k[0],)                                    # noqa: E731
+    for map_fn in (map, None):
+        if map_fn is None:
+            pool = ProcessPoolExecutor(2, mp_context=mp.get_context("spawn"))
+            map_fn = pool.map
+        one, steps, flags = spill.group_medians_many([(pieces, [], ["b"], flagged), (pieces, ["step"], ["a", "b"], by_step),
+                                                      (pieces, ["flag"], ["b", "a"], by_flag)], map_fn)
+        sel = whole[whole["flag"] >= 1]
+        assert one.shape == (1, 1) and one.iloc[0, 0] == sel["b"].median()
+        pd.testing.assert_frame_equal(steps, sel.groupby("step")[["a", "b"]].median(), check_exact=True, check_names=False)
+        pd.testing.assert_frame_equal(flags, whole.groupby("flag")[["b", "a"]].median(), check_exact=True, check_names=False)
+    pool.shutdown()
+    assert [len(s) for s in spill._where(pieces, flagged).values()] == [3]     # flags 1 and 2 adjacent: a read a file

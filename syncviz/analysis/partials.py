@@ -157,14 +157,13 @@ def combine_buckets(second: list[dict], layouts: pd.DataFrame, med: pd.DataFrame
     return with_params(out, layouts)
 
 
-def combine_collectives(second: list[dict], med: pd.DataFrame | None = None) -> pd.DataFrame:
-    """tables.collective_table of the headline collective rows (``med``: their medians by (phase, op))."""
+def combine_collectives(second: list[dict], med: pd.DataFrame) -> pd.DataFrame:
+    """tables.collective_table of the headline collective rows (``med``: their medians by (phase,
+    op), from the partitions' comm spills: partitioned._combine)."""
     sums = [r["coll_sums"] for r in second if r["coll_sums"] is not None]
     if not sums:
         return pd.DataFrame()
     g = pd.concat(sums).groupby(level=[0, 1], sort=True).sum()
-    if med is None:
-        med = spill.group_medians([r["coll"] for r in second], ["phase", "op"], COLLECTIVE_MEDIANS)
     out = g.join(med)[["calls", "bytes", "duration_ns", "exposed_ns", "queue_ns", "busbw_gbps"]]
     nsteps = max(1, sum(r["coll_steps"] for r in second))
     per = ["calls", "bytes", "duration_ns", "exposed_ns"]

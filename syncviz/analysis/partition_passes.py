@@ -116,8 +116,8 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
             local = PL.local_pass(ev)
             c, idents, extra = local.comm, local.idents, PF.pass2_extras(ev, local)
     events = _events(events_path)
-    out = {"n_hw": 0, "hw": None, "step_busbw": None, "skew": None, "exposed": None, "exposed_total": 0,
-           "rank_steps": 0, "buckets": None, "bucket_first": None, "coll": None, "coll_sums": None,
+    out = {"n_hw": 0, "comm": None, "skew": None, "exposed": None, "exposed_total": 0,
+           "rank_steps": 0, "buckets": None, "bucket_first": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
            "strag_steps": set(), "strag": None, "json": None, "lateness": None, "tb_first": None, "tb_medians": None,
            "histograms": None, "replay": None, "origin": None}

@@ -43,6 +43,7 @@ from syncviz.analysis.headline import headline, verdict
 from syncviz.analysis import comparison as CM
 from syncviz.analysis import partial_views as PV
 from syncviz.analysis import partials as P
+from syncviz.analysis import partition_joined as PJ
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.metrics import _ms, headline_steps
@@ -267,11 +268,12 @@ def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, eve
          "steps": int(steps["step"].nunique()) if len(steps) else 0, "headline_steps": hsteps}
     s.update(headline(h))
     # every median of the summary in one map of tasks (spill.group_medians_many)
+    comm = [r["comm"] for r in second]       # one spill a partition serves three (partition_joined.COMM_VALUES)
     med, busbw, bucket_med, coll_med = spill.group_medians_many([
-        ([r["hw"] for r in second], [], ["busbw_gbps", "service_ns", "queue_ns"]),
-        ([r["step_busbw"] for r in second], ["step"], ["busbw_gbps"]),
+        (comm, [], ["busbw_gbps", "service_ns", "queue_ns"], PJ.headline_wire),
+        (comm, ["step"], ["busbw_gbps"], PJ.wire_by_step),
         ([r["buckets"] for r in second], ["layout", "bucket"], P.BUCKET_MEDIANS),
-        ([r["coll"] for r in second], ["phase", "op"], P.COLLECTIVE_MEDIANS)], map_fn)
+        (comm, ["phase", "op"], P.COLLECTIVE_MEDIANS, PJ.collective_by_phase_op)], map_fn)
     n_hw = sum(r["n_hw"] for r in second)
     row = med.iloc[0] if len(med) else None
     s["busbw_gbps"] = float(row["busbw_gbps"]) if n_hw else float("nan")

@@ -18,10 +18,13 @@ import pandas as pd
 @dataclass
 class Piece:
     """One partition's values of one table: ``groups`` (list of key tuples, sorted), ``counts``
-    per group and the .npy file (columns × rows, rows sorted by group)."""
+    per group and the .npy file (columns × rows, rows sorted by group). ``names``: the columns'
+    names, where several medians read one piece, each picking its columns by name and its groups
+    (group_medians_many's ``select``)."""
     groups: list
     counts: np.ndarray
     path: str
+    names: tuple = ()
 
 
 def write_piece(directory: str | Path, tag: str, frame: pd.DataFrame, keys: list[str], cols) -> Piece | None:
@@ -38,19 +41,25 @@ def write_piece(directory: str | Path, tag: str, frame: pd.DataFrame, keys: list
     return write_groups(directory, tag, groups, codes, [frame[c].to_numpy(dtype=float) for c in cols])
 
 
-def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarray, columns: list) -> Piece | None:
+def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarray, columns: list,
+                 names: tuple = ()) -> Piece | None:
     """write_piece on arrays: ``groups`` (key tuples, sorted), each row's group number in them, and
-    the columns' values."""
+    the columns' values (``names``: theirs, see Piece)."""
     if not len(codes):
         return None
-    if len(groups) == 1:          # one group: the rows as they are
-        values = np.vstack([np.asarray(c, dtype=float) for c in columns])
-    else:
-        order = np.argsort(codes, kind="stable")
-        values = np.vstack([np.asarray(c, dtype=float)[order] for c in columns])
+    values = np.empty((len(columns), len(codes)))
+    order = np.argsort(codes, kind="stable") if len(groups) > 1 else None    # one group: rows as they are
+    for i, c in enumerate(columns):
+        c = np.asarray(c)
+        if order is None:
+            values[i] = c
+        elif c.dtype == values.dtype:        # gathered straight into its row: no copy in between
+            np.take(c, order, out=values[i])
+        else:
+            values[i] = c[order]
     path = str(Path(directory) / f"{tag}.npy")
     np.save(path, values)
-    return Piece(groups, np.bincount(codes, minlength=len(groups)), path)
+    return Piece(groups, np.bincount(codes, minlength=len(groups)), path, tuple(names))
 
 
 def median(x: np.ndarray) -> float:
@@ -83,19 +92,24 @@ def group_medians(pieces: list[Piece | None], keys: list[str], cols, map_fn=map)
 def group_medians_many(requests: list[tuple], map_fn=map) -> list[pd.DataFrame]:
     """group_medians of several (pieces, keys, cols) at once: every task in one map, the biggest
     first, so that two workers finish together (the summary's four tables at 10^8 events: 3.6 s one
-    table after another, the tasks of a table waiting for its biggest)."""
+    table after another, the tasks of a table waiting for its biggest). A request may add
+    ``select``: a function of a piece's group key that returns the key of the request's group its
+    rows belong to, or None (rows not in this median); its ``cols`` are then the pieces' columns by
+    name (Piece.names). Several medians then read one spill of the same rows."""
     tasks, layout = [], []
-    for ri, (pieces, keys, cols) in enumerate(requests):
-        where = _where(pieces)
+    for ri, (pieces, keys, cols, *select) in enumerate(requests):
+        where = _where(pieces, select[0] if select else None)
+        names = next((p.names for p in pieces if p is not None), ())
+        at = [names.index(c) for c in cols] if names else list(range(len(cols)))
         groups = sorted(where)
         layout.append((groups, keys, list(cols)))
         batch, size = [], 0
         for gi, k in enumerate(groups):
             n = sum(b - a for _, a, b in where[k])
             if n >= BIG_GROUP:
-                tasks += [(n, [(ri, gi, ci, where[k])]) for ci in range(len(cols))]
+                tasks += [(n, [(ri, gi, ci, at[ci], where[k])]) for ci in range(len(cols))]
                 continue
-            batch += [(ri, gi, ci, where[k]) for ci in range(len(cols))]
+            batch += [(ri, gi, ci, at[ci], where[k]) for ci in range(len(cols))]
             size += n * len(cols)
             if size >= BIG_GROUP:
                 tasks.append((size, batch))
@@ -119,23 +133,32 @@ def group_medians_many(requests: list[tuple], map_fn=map) -> list[pd.DataFrame]:
 
 
 def median_task(task: list) -> list[tuple[int, int, int, float]]:
-    """The medians of a list of (request, group number, column, [(piece file, first row, end row)]):
-    each group's column read into one array and its median taken in place. Read, not memory-mapped:
-    the mapped pages of a column of 6*10^7 values count in the worker's resident memory as much again."""
+    """The medians of a list of (request, group number, column, the piece's column, [(piece file,
+    first row, end row)]): each group's column read into one array and its median taken in place.
+    Read, not memory-mapped: the mapped pages of a column of 6*10^7 values count in the worker's
+    resident memory as much again. A file stays open while the next slice is of it too."""
     files: dict[str, tuple[int, int]] = {}
     out = []
-    for ri, gi, ci, slices in task:
-        x = np.empty(sum(b - a for _, a, b in slices))
-        at = 0
-        for path, a, b in slices:
-            if path not in files:
-                files[path] = _layout(path)
-            offset, rows = files[path]
-            with open(path, "rb") as f:
-                f.seek(offset + 8 * (ci * rows + a))
+    f = None
+    try:
+        for ri, gi, ci, pci, slices in task:
+            x = np.empty(sum(b - a for _, a, b in slices))
+            at = 0
+            for path, a, b in slices:
+                if path not in files:
+                    files[path] = _layout(path)
+                offset, rows = files[path]
+                if f is None or f.name != path:
+                    if f is not None:
+                        f.close()
+                    f = open(path, "rb")
+                f.seek(offset + 8 * (pci * rows + a))
                 f.readinto(memoryview(x[at:at + b - a]).cast("B"))
-            at += b - a
-        out.append((ri, gi, ci, median_in_place(x)))
+                at += b - a
+            out.append((ri, gi, ci, median_in_place(x)))
+    finally:
+        if f is not None:
+            f.close()
     return out
 
 
@@ -150,15 +173,25 @@ def _layout(path: str) -> tuple[int, int]:
         return f.tell(), shape[1]
 
 
-def _where(pieces: list[Piece | None]) -> dict[tuple, list[tuple[str, int, int]]]:
-    """Each group's slices (piece file, first row, end row), pieces in order."""
+def _where(pieces: list[Piece | None], select=None) -> dict[tuple, list[tuple[str, int, int]]]:
+    """Each group's slices (piece file, first row, end row), pieces in order; ``select``: see
+    group_medians_many. Slices that follow each other in one file are one slice (one read)."""
     where: dict[tuple, list[tuple[str, int, int]]] = {}
+    memo: dict[tuple, tuple | None] = {}
     for p in pieces:
         if p is None:
             continue
         ends = np.cumsum(p.counts)
-        for k, a, b in zip(p.groups, ends - p.counts, ends):
-            where.setdefault(k, []).append((p.path, int(a), int(b)))
+        for k, a, b in zip(p.groups, (ends - p.counts).tolist(), ends.tolist()):
+            if select is not None:
+                k = memo[k] if k in memo else memo.setdefault(k, select(k))
+                if k is None:
+                    continue
+            s = where.setdefault(k, [])
+            if s and s[-1][0] == p.path and s[-1][2] == a:
+                s[-1] = (p.path, s[-1][1], b)
+            else:
+                s.append((p.path, a, b))
     return where
 
 
