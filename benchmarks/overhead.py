@@ -4,6 +4,9 @@ plain torchrun, side by side in one run, with 95% confidence intervals.
     python benchmarks/overhead.py                          # every case, every tool, 6 launches x 4 rounds
     python benchmarks/overhead.py --cases short-steps --rounds 40 --launches 8 --tools syncviz
     python benchmarks/overhead.py --device cuda --cases gpt2-small   # one GPU: 1 rank, NCCL, batch 8x1024
+    # where syncviz's cost lies: checkouts with one part switched off each, side by side (ablations)
+    PYTHONPATH=$PWD python benchmarks/overhead.py --cases short-steps --tools syncviz \
+        --compare /tmp/abl/nowrite --compare /tmp/abl/nogroup --rounds 96 --launches 12 --steps 20
 
 Design, because this 2-core machine is noisy (separate launches, plain against plain, differed by
 0.65x to 1.9x under load, and by up to 22% on a quiet machine):
@@ -59,6 +62,11 @@ def t95(df: int) -> float:
 def ranks(a) -> range:
     """CPU: 2 gloo ranks; cuda: one rank on the one GPU (NCCL), as a single-GPU user runs DDP."""
     return range(1 if a.device == "cuda" else 2)
+
+
+def label_of(tool: str) -> str:
+    """"syncviz@/path/to/checkout" (a --compare) is labelled "syncviz@checkout"."""
+    return f"syncviz@{Path(tool.split('@', 1)[1]).name}" if "@" in tool else tool
 
 
 def command(tool: str, case: str, a, out: Path, work: Path) -> list[str]:
@@ -216,8 +224,10 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="steps per block (gpt2-small on the CPU: a tenth, at least 2)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=900, help="seconds a job may take to start or to run a block")
-    ap.add_argument("--compare", metavar="CHECKOUT", help="also trace with the syncviz of another checkout "
-                    "(e.g. a `git worktree` of main), side by side: shows what a change did to the overhead")
+    ap.add_argument("--compare", metavar="CHECKOUT", action="append", default=[],
+                    help="also trace with the syncviz of another checkout (e.g. a `git worktree` of main), side "
+                    "by side: shows what a change did to the overhead; repeat it to compare several (each "
+                    "labelled by its folder's name)")
     ap.add_argument("--json", help="also write every round's figures here")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cpu: 2 gloo ranks, 1 thread each; cuda: 1 rank on the GPU, NCCL, bf16 autocast")
@@ -229,10 +239,12 @@ def main():
     if "traceml" in tools and shutil.which("traceml") is None:
         print("overhead: TraceML is not installed (pip install traceml-ai): skipped", flush=True)
         tools.remove("traceml")
-    if a.compare:
-        if not (Path(a.compare) / "syncviz" / "__init__.py").exists():
-            sys.exit(f"overhead: --compare {a.compare}: not a syncviz checkout")
-        tools.append("syncviz@" + str(Path(a.compare).resolve()))
+    for checkout in a.compare:
+        if not (Path(checkout) / "syncviz" / "__init__.py").exists():
+            sys.exit(f"overhead: --compare {checkout}: not a syncviz checkout")
+        tools.append("syncviz@" + str(Path(checkout).resolve()))
+    if len({Path(t.split("@", 1)[1]).name for t in tools if "@" in t}) < len(a.compare):
+        sys.exit("overhead: --compare: give each checkout a folder of its own name (it labels the rows)")
     where = "2 gloo ranks, 1 thread each"
     if a.device == "cuda":
         import torch
@@ -259,14 +271,13 @@ def main():
         ms = 1e3 * statistics.median(w for launch in per["plain"] for w, _ in launch)
         for tool in [t for t in per if t != "plain"]:
             w, c = (nested_interval(ratios(per, tool, "plain", k)) for k in (0, 1))
-            label = "syncviz@compare" if "@" in tool else tool
+            label = label_of(tool)
             print(f"{case:14s} {ms:9.2f}  {label:15s} {w[0]:8.3f} [{w[1]:.3f}, {w[2]:.3f}]    "
                   f"{c[0]:8.3f} [{c[1]:.3f}, {c[2]:.3f}]")
     for case, per in results.items():
-        old = next((t for t in per if "@" in t), None)
-        if old and "syncviz" in per:
+        for old in [t for t in per if "@" in t and "syncviz" in per]:
             w, c = (nested_interval(ratios(per, "syncviz", old, k)) for k in (0, 1))
-            print(f"{case:14s} this syncviz / --compare's: wall {w[0]:.3f} [{w[1]:.3f}, {w[2]:.3f}]   "
+            print(f"{case:14s} this syncviz / {label_of(old)}: wall {w[0]:.3f} [{w[1]:.3f}, {w[2]:.3f}]   "
                   f"CPU {c[0]:.3f} [{c[1]:.3f}, {c[2]:.3f}]")
     if a.json:
         Path(a.json).write_text(json.dumps({"rounds": a.rounds, "launches": a.launches, "steps": a.steps,

@@ -37,3 +37,21 @@ def test_one_launch_is_the_rounds_interval_and_ratios_pair_rounds():
     assert overhead.ratios(per, "x", "plain", 1) == [[1.1, 1.1]]
     g, lo, hi = overhead.nested_interval([[1.1, 1.2, 1.0]])
     assert (g, lo, hi) == overhead.interval([1.1, 1.2, 1.0])
+
+
+def test_several_checkouts_are_compared_each_under_its_folder_name(tmp_path):
+    """--compare repeats (ablations side by side in one run); each row is labelled by the checkout's
+    folder, so two checkouts in folders of one name would be indistinguishable: refused up front."""
+    import subprocess
+    import sys
+    assert overhead.label_of("syncviz@/tmp/abl/nowrite") == "syncviz@nowrite"
+    assert overhead.label_of("torch.profiler") == "torch.profiler"
+    for d in ("a/same", "b/same"):
+        (tmp_path / d / "syncviz").mkdir(parents=True)
+        (tmp_path / d / "syncviz" / "__init__.py").write_text("")
+    r = subprocess.run([sys.executable, str(Path(overhead.__file__)), "--cases", "short-steps", "--tools", "syncviz",
+                        "--compare", str(tmp_path / "a/same"), "--compare", str(tmp_path / "b/same")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["overhead: --compare: give each checkout a folder of its own name "
+                                             "(it labels the rows)"]
