@@ -461,9 +461,26 @@ def test_draw_reports_errors_as_cards(app):
     for name in ("dash_corrupt_json", "dash_bad_stream", "../../etc"):
         fig, late, style, info, error, drawn = replay.render(name, 0, "auto")
         assert error is not None and "error-card" in error.className and fig["data"] == []
-    fig, *_, error, drawn = replay.draw(3, "auto", "synth8", None)
+    fig, *_, error, drawn = replay.draw(["synth8", 3, "auto", 1234])
     assert error is None and fig["layout"]["meta"]["step"] == 3 and drawn == ["synth8", 3, "auto"]
-    assert replay.draw(3, "auto", "synth8", drawn) == (replay.dash.no_update,) * 6   # drawn already
+    assert replay.draw(None) == (replay.dash.no_update,) * 6
+
+
+def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app):
+    """draw_ahead: the next step's outputs, exactly what the server's draw of that step returns
+    (JSON-equal), with the outputs that draw leaves as they are named in "skip"."""
+    from dash._utils import to_json
+    from syncviz.dashboard.pages import replay
+    ahead = replay.draw_ahead(["synth24", 1, "auto"], 4)
+    assert ahead["key"] == ["synth24", 2, "auto"] and ahead["skip"] == []          # 24 ranks: the heatmap too
+    assert json.loads(to_json(ahead["out"])) == json.loads(to_json(list(replay.draw(["synth24", 2, "auto", 0]))))
+    ranks = replay.draw_ahead(["synth24", 1, "ranks"], 4)     # every rank's lane: no heatmap, left as it is
+    assert ranks["skip"] == [1] and ranks["out"][1] is None and ranks["out"][2] == {"display": "none"}
+    assert ranks["out"][0]["layout"]["meta"]["step"] == 2 and ranks["out"][5] == ["synth24", 2, "ranks"]
+    no = replay.dash.no_update
+    assert replay.draw_ahead(["synth24", 4, "auto"], 4) is no         # the last step: nothing after it
+    assert replay.draw_ahead(["dash_corrupt_json", 0, "auto"], 5) is no   # an error is not kept
+    assert replay.draw_ahead(None, 4) is no and replay.draw_ahead(["synth24", 1, "auto"], None) is no
 
 
 def test_missing_step_is_clamped(app):
@@ -539,15 +556,12 @@ FIGURE_OUTPUTS = ["replay-timeline.figure", "replay-lateness.figure", "replay-la
 
 
 def post_draw(client, run, step):
-    """The replay's draw callback as the browser calls it; the run name travels in its state, so a
+    """The replay's draw callback as the browser calls it; the run name travels in its input, so a
     crafted client can put anything there."""
     body = {"output": ".." + "...".join(FIGURE_OUTPUTS) + "..",
             "outputs": [dict(zip(("id", "property"), o.split("."))) for o in FIGURE_OUTPUTS],
-            "inputs": [{"id": "replay-step", "property": "value", "value": step},
-                       {"id": "replay-lanes", "property": "value", "value": "auto"}],
-            "state": [{"id": "replay-run", "property": "data", "value": run},
-                      {"id": "replay-drawn", "property": "data", "value": None}],
-            "changedPropIds": ["replay-step.value"]}
+            "inputs": [{"id": "replay-want", "property": "data", "value": [run, step, "auto", 1]}],
+            "changedPropIds": ["replay-want.data"]}
     r = client.post("/_dash-update-component", json=body)
     assert r.status_code == 200
     return r

@@ -74,6 +74,7 @@ def test_replay_play_pause_and_slider(server, browser):
     thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
     thumb.send_keys(Keys.END)
     wait_for(lambda: shown_step(browser) == 11, "slider to the last step")
+    browser.execute_script(CALLS_JS)
     thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
     thumb.send_keys(Keys.HOME)
     wait_for(lambda: shown_step(browser) == 0, "slider to the first step")
@@ -82,7 +83,59 @@ def test_replay_play_pause_and_slider(server, browser):
     wait_for(lambda: shown_step(browser) == 1, "slider one step right")
     assert "step 1" in graph(browser, "replay-timeline")["title"]
     assert "server time" not in text(browser, "#replay-info")
+
+    # The step after the one on screen is drawn ahead and kept in the page: one more step right is
+    # drawn from that copy, and the server is asked only for the step after it.
+    wait_for(lambda: ahead_done(browser, 1), "step 2 drawn ahead")
+    time.sleep(0.3)                      # its response applied to the page's store
+    cards_before = text(browser, "#replay-info")
+    browser.execute_script("window.__calls.length = 0;")
+    thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    thumb.send_keys(Keys.ARROW_RIGHT)
+    wait_for(lambda: shown_step(browser) == 2, "slider to step 2")
+    assert "step 2" in graph(browser, "replay-timeline")["title"]
+    wait_for(lambda: ahead_done(browser, 2), "step 3 drawn ahead")
+    outputs = [c["out"] for c in browser.execute_script("return window.__calls;")]
+    assert not [o for o in outputs if "replay-timeline.figure" in o], outputs     # no draw asked of the server
+    assert text(browser, "#replay-info") and text(browser, "#replay-info") != cards_before   # step 2's cards
+    # a jump has no copy: the server draws it
+    browser.execute_script("window.__calls.length = 0;")
+    thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    thumb.send_keys(Keys.END)
+    wait_for(lambda: shown_step(browser) == 11, "slider to the last step again")
+    outputs = [c["out"] for c in browser.execute_script("return window.__calls;")]
+    assert [o for o in outputs if "replay-timeline.figure" in o], outputs
     assert not js_errors(browser)
+
+
+# Records the page's callback requests: what each outputs, its inputs' values, whether it came back.
+CALLS_JS = """
+window.__calls = [];
+if (!window.__fetchWrapped) {
+  window.__fetchWrapped = true;
+  const f = window.fetch;
+  window.fetch = function (url, opts) {
+    let rec = null;
+    try {
+      if (String(url).indexOf('_dash-update-component') >= 0) {
+        const b = JSON.parse(opts.body);
+        rec = {out: b.output, inputs: (b.inputs || []).map(i => i.value), done: false};
+        window.__calls.push(rec);
+      }
+    } catch (e) {}
+    const p = f.apply(this, arguments);
+    if (rec) { p.then(() => { rec.done = true; }, () => {}); }
+    return p;
+  };
+}
+"""
+
+
+def ahead_done(driver, step) -> bool:
+    """The draw-ahead request made once ``step`` was on screen (for the step after it) came back."""
+    calls = driver.execute_script("return window.__calls;")
+    return any("replay-ahead.data" in c["out"] and c["done"] and (c["inputs"][0] or [None, None])[1] == step
+               for c in calls)
 
 
 def test_hover_shows_bucket_details(server, browser):

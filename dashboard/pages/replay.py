@@ -38,6 +38,8 @@ def layout(**_query):
         html.Div(C.graph("replay-lateness", figure=TL.empty_figure("")), id="replay-lateness-box"),
         dcc.Store(id="replay-run"),     # the run whose steps the slider holds (set with them)
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
+        dcc.Store(id="replay-ahead"),   # the step after it, drawn while this one is looked at (draw_ahead)
+        dcc.Store(id="replay-want"),    # [run, step, lane mode, nonce]: a step the browser has no copy of
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
         dcc.Interval(id="replay-live", interval=LIVE_MS, disabled=True),   # pick_run enables it for live runs
     ])
@@ -171,14 +173,56 @@ def render(name, step, mode) -> tuple:
     return fig, late, {} if show_late else {"display": "none"}, info, None, drawn
 
 
-@dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS],
-               Input("replay-step", "value"), Input("replay-lanes", "value"),
-               State("replay-run", "data"), State("replay-drawn", "data"), prevent_initial_call=True)
-def draw(step, mode, name, drawn):
-    """The slider moved (or play, or Live, or the lane mode changed): draw that step."""
-    if drawn == [name, step, mode]:   # pick_run drew it already when it set the slider
+# A step change, in the browser first: the step after the one on screen is drawn ahead (draw_ahead,
+# while this one is looked at) and kept in the page, so a move one step on (→, Play) is drawn from
+# that copy with no round trip; any other move asks the server (draw). Why: the server's draw of a
+# 1,024-rank step is ~110 ms and its response arrives ~150 ms after the key press, about a third of
+# the ~420 ms until the browser has drawn it (benchmarks/dashboard.py, README "Big runs").
+dash.clientside_callback(
+    """
+    function(step, mode, name, drawn, ahead) {
+        const no = dash_clientside.no_update;
+        const key = [name, step, mode];
+        const same = (a, b) => Array.isArray(a) && a.length >= 3 && [0, 1, 2].every(i => a[i] === b[i]);
+        if (same(drawn, key)) { return [no, no, no, no, no, no, no]; }   // pick_run drew it already
+        if (ahead && same(ahead.key, key)) {
+            return ahead.out.map((v, i) => ahead.skip.includes(i) ? no : v).concat([no]);
+        }
+        return [no, no, no, no, no, no, key.concat([Date.now()])];
+    }
+    """,
+    *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS], Output("replay-want", "data"),
+    Input("replay-step", "value"), Input("replay-lanes", "value"),
+    State("replay-run", "data"), State("replay-drawn", "data"), State("replay-ahead", "data"),
+    prevent_initial_call=True,
+)
+
+
+@dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS], Input("replay-want", "data"), prevent_initial_call=True)
+def draw(want):
+    """The slider moved (or play, or Live, or the lane mode changed) to a step the page has no copy
+    of: draw it. ``want``: [run, step, lane mode, nonce] (the nonce makes a repeated ask a change)."""
+    if not isinstance(want, list) or len(want) < 3:
         return (dash.no_update,) * len(FIGURE_OUTPUTS)
+    name, step, mode = want[:3]
     return render(name, step, mode)
+
+
+@dash.callback(Output("replay-ahead", "data"), Input("replay-drawn", "data"), State("replay-step", "max"),
+               prevent_initial_call=True)
+def draw_ahead(drawn, last):
+    """The step after the one just drawn, for the page to keep ({"key": [run, step, lane mode],
+    "out": the values of FIGURE_OUTPUTS, "skip": which of them to leave as they are}). Not for the
+    last step, nor when it cannot be drawn (the server then says why when it is asked)."""
+    if not isinstance(drawn, list) or len(drawn) != 3 or not drawn[0] or not isinstance(drawn[1], int) \
+            or not isinstance(last, int) or drawn[1] >= last:
+        return dash.no_update
+    name, step, mode = drawn
+    out = list(render(name, step + 1, mode))
+    if out[4] is not None:        # an error card
+        return dash.no_update
+    skip = [i for i, v in enumerate(out) if v is dash.no_update]
+    return {"key": [name, step + 1, mode], "out": [None if i in skip else v for i, v in enumerate(out)], "skip": skip}
 
 
 # Play / pause in the browser: each tick moves the slider one step (the draw callback follows);
