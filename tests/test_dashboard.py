@@ -687,3 +687,25 @@ def test_buckets_page_names_zero3_units_as_units(app, tmp_path):
     text = json.dumps(unit_map, cls=PlotlyJSONEncoder)
     assert "rebuild" not in text and "bucket" not in text.lower().replace("no gradient buckets", "")
     assert all(f["layout"]["annotations"][0]["text"] == "no gradient buckets in this run" for f in figs[1:-1])
+
+
+def test_a_run_still_recording_is_not_drawn_ahead(app, store, root):
+    """Live: the step after the one on screen may still be arriving from some ranks, so the page
+    keeps no copy of it (a move there asks the server, which reads what has arrived by then)."""
+    from syncviz.dashboard.pages import replay
+    run_dir = root / "live-ahead"
+    writers = write_live_steps(run_dir, steps=3)
+    try:
+        assert store.get("live-ahead").recording
+        assert replay.draw_ahead(["live-ahead", 0, "auto"], 2) is replay.dash.no_update
+        for w in writers:
+            w.close()
+        write_json_atomic(run_dir / S.RUN_FILE, {**json.loads((run_dir / S.RUN_FILE).read_text()), "finished": True})
+        assert not store.get("live-ahead").recording
+        assert replay.draw_ahead(["live-ahead", 0, "auto"], 2)["key"] == ["live-ahead", 1, "auto"]
+    finally:
+        for w in writers:
+            w.close()
+        shutil.rmtree(run_dir)
+        store._runs(refresh=True)     # the other tests list the root without it
+

@@ -218,6 +218,11 @@ def draw_ahead(drawn, last):
             or not isinstance(last, int) or drawn[1] >= last:
         return dash.no_update
     name, step, mode = drawn
+    try:
+        if C.store().get(name).recording:   # a step some ranks have not flushed yet would be kept partial
+            return dash.no_update
+    except Exception:                       # the server's draw says why, if it is asked
+        return dash.no_update
     out = list(render(name, step + 1, mode))
     if out[4] is not None:        # an error card
         return dash.no_update
