@@ -98,6 +98,7 @@ def test_replay_play_pause_and_slider(server, browser):
     outputs = [c["out"] for c in browser.execute_script("return window.__calls;")]
     assert not [o for o in outputs if "replay-timeline.figure" in o], outputs     # no draw asked of the server
     assert text(browser, "#replay-info") and text(browser, "#replay-info") != cards_before   # step 2's cards
+    browser.save_screenshot(str(SHOTS / "replay-step-drawn-ahead.png"))
     # a jump has no copy: the server draws it
     browser.execute_script("window.__calls.length = 0;")
     thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
