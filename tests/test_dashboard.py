@@ -466,21 +466,52 @@ def test_draw_reports_errors_as_cards(app):
     assert replay.draw(None) == (replay.dash.no_update,) * 6
 
 
-def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app):
+def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app, store):
     """draw_ahead: the next step's outputs, exactly what the server's draw of that step returns
-    (JSON-equal), with the outputs that draw leaves as they are named in "skip"."""
+    (JSON-equal), with the outputs that draw leaves as they are named in "skip", and the version of
+    the run's files it was drawn from added to its "replay-drawn"."""
     from dash._utils import to_json
     from syncviz.dashboard.pages import replay
-    ahead = replay.draw_ahead(["synth24", 1, "auto"], 4)
-    assert ahead["key"] == ["synth24", 2, "auto"] and ahead["skip"] == []          # 24 ranks: the heatmap too
-    assert json.loads(to_json(ahead["out"])) == json.loads(to_json(list(replay.draw(["synth24", 2, "auto", 0]))))
-    ranks = replay.draw_ahead(["synth24", 1, "ranks"], 4)     # every rank's lane: no heatmap, left as it is
-    assert ranks["skip"] == [1] and ranks["out"][1] is None and ranks["out"][2] == {"display": "none"}
-    assert ranks["out"][0]["layout"]["meta"]["step"] == 2 and ranks["out"][5] == ["synth24", 2, "ranks"]
     no = replay.dash.no_update
-    assert replay.draw_ahead(["synth24", 4, "auto"], 4) is no         # the last step: nothing after it
-    assert replay.draw_ahead(["dash_corrupt_json", 0, "auto"], 5) is no   # an error is not kept
-    assert replay.draw_ahead(None, 4) is no and replay.draw_ahead(["synth24", 1, "auto"], None) is no
+    ahead, want = replay.draw_ahead(["synth24", 1, "auto"], 4)
+    assert want is no and ahead["key"] == ["synth24", 2, "auto"] and ahead["skip"] == []   # 24 ranks: the heatmap too
+    drawn = list(replay.draw(["synth24", 2, "auto", 0]))
+    version = replay.files_version(store.signature("synth24"))
+    assert ahead["out"][5] == drawn[5] + [version] == ["synth24", 2, "auto", version]
+    assert json.loads(to_json(ahead["out"][:5])) == json.loads(to_json(drawn[:5]))
+    ranks, _ = replay.draw_ahead(["synth24", 1, "ranks"], 4)     # every rank's lane: no heatmap, left as it is
+    assert ranks["skip"] == [1] and ranks["out"][1] is None and ranks["out"][2] == {"display": "none"}
+    assert ranks["out"][0]["layout"]["meta"]["step"] == 2 and ranks["out"][5][:3] == ["synth24", 2, "ranks"]
+    # the copy, once shown, draws the step after it in turn
+    assert replay.draw_ahead(ahead["out"][5], 4)[0]["key"] == ["synth24", 3, "auto"]
+    assert replay.draw_ahead(["synth24", 4, "auto"], 4) == (no, no)         # the last step: nothing after it
+    assert replay.draw_ahead(["dash_corrupt_json", 0, "auto"], 5) == (no, no)   # an error is not kept
+    assert replay.draw_ahead(None, 4) == (no, no) and replay.draw_ahead(["synth24", 1, "auto"], None) == (no, no)
+
+
+def test_a_copy_of_a_run_traced_again_since_is_drawn_again(app, store, root):
+    """A finished run traced again into the same folder while its Replay is open: the step the page
+    drew ahead is of the old run, so once the page shows it the server is asked for that step again
+    (replay-want), and that draw is of the new run's files."""
+    from syncviz.dashboard.pages import replay
+    run_dir = root / "again"
+    write_synth_run(run_dir, world=8, steps=4, n_buckets=3)
+    try:
+        ahead, _ = replay.draw_ahead(["again", 0, "auto"], 3)
+        copy = ahead["out"][5]
+        assert replay.draw_ahead(copy, 3)[1] is replay.dash.no_update      # the same files: kept as shown
+        shutil.rmtree(run_dir)
+        write_synth_run(run_dir, world=4, steps=4, n_buckets=3)           # traced again, 4 ranks now
+        again, want = replay.draw_ahead(copy, 3)
+        assert again is replay.dash.no_update and want[:3] == ["again", 1, "auto"]
+        fig, *_, drawn = replay.draw(want)
+        ticks = [t for t in fig["layout"]["meta"]["rows"] if t.endswith("compute")]
+        assert len(ticks) == 4 and len(drawn) == 3       # the new run, drawn by the server
+        # drawn by the server, not a copy: nothing to check again
+        assert replay.draw_ahead(drawn, 3)[1] is replay.dash.no_update
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        store._runs(refresh=True)
 
 
 def test_missing_step_is_clamped(app):
@@ -697,12 +728,12 @@ def test_a_run_still_recording_is_not_drawn_ahead(app, store, root):
     writers = write_live_steps(run_dir, steps=3)
     try:
         assert store.get("live-ahead").recording
-        assert replay.draw_ahead(["live-ahead", 0, "auto"], 2) is replay.dash.no_update
+        assert replay.draw_ahead(["live-ahead", 0, "auto"], 2) == (replay.dash.no_update,) * 2
         for w in writers:
             w.close()
         write_json_atomic(run_dir / S.RUN_FILE, {**json.loads((run_dir / S.RUN_FILE).read_text()), "finished": True})
         assert not store.get("live-ahead").recording
-        assert replay.draw_ahead(["live-ahead", 0, "auto"], 2)["key"] == ["live-ahead", 1, "auto"]
+        assert replay.draw_ahead(["live-ahead", 0, "auto"], 2)[0]["key"] == ["live-ahead", 1, "auto"]
     finally:
         for w in writers:
             w.close()

@@ -109,6 +109,45 @@ def test_replay_play_pause_and_slider(server, browser):
     assert not js_errors(browser)
 
 
+def test_a_run_traced_again_is_not_shown_from_the_old_copy(server, browser):
+    """A finished run traced again into its folder while its Replay is open (8 ranks, then 4): the
+    step kept in the page is of the old run; once shown, the server is asked for it again and the
+    new run's step replaces it."""
+    import shutil
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from syncviz.dashboard.data.synth import write_synth_run
+    base, root = server
+    run_dir = root / "again"
+    write_synth_run(run_dir, world=8, steps=5, n_buckets=3)
+    try:
+        browser.get(f"{base}/replay?run=again")
+        wait_for(lambda: shown_step(browser) == 1, "opens at step 1", driver=browser)
+        browser.execute_script(CALLS_JS)
+        thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+        thumb.send_keys(Keys.ARROW_RIGHT)                       # step 2, drawn by the server
+        wait_for(lambda: shown_step(browser) == 2 and ahead_done(browser, 2), "step 3 drawn ahead", driver=browser)
+        time.sleep(0.3)
+        assert len(lanes(browser)) == 8
+        shutil.rmtree(run_dir)
+        write_synth_run(run_dir, world=4, steps=5, n_buckets=3)   # traced again: 4 ranks
+        browser.execute_script("window.__calls.length = 0;")
+        thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+        thumb.send_keys(Keys.ARROW_RIGHT)                       # step 3: the page's copy, of the old run
+        wait_for(lambda: shown_step(browser) == 3 and len(lanes(browser)) == 4, "step 3 of the new run", driver=browser)
+        outputs = [c["out"] for c in browser.execute_script("return window.__calls;")]
+        assert [o for o in outputs if "replay-timeline.figure" in o], outputs     # asked of the server again
+        browser.save_screenshot(str(SHOTS / "replay-traced-again.png"))
+        assert not js_errors(browser)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def lanes(driver) -> list:
+    """The compute lanes of the Replay's timeline (one a rank when each rank is drawn)."""
+    return [t for t in (graph(driver, "replay-timeline") or {}).get("ticks") or [] if t.endswith("compute")]
+
+
 # Records the page's callback requests: what each outputs, its inputs' values, whether it came back.
 CALLS_JS = """
 window.__calls = [];

@@ -5,6 +5,8 @@ and a client-side play/pause that advances the slider without a server round tri
 """
 from __future__ import annotations
 
+import time
+
 import dash
 from dash import Input, Output, State, dcc, html
 
@@ -208,26 +210,42 @@ def draw(want):
     return render(name, step, mode)
 
 
-@dash.callback(Output("replay-ahead", "data"), Input("replay-drawn", "data"), State("replay-step", "max"),
-               prevent_initial_call=True)
+def files_version(sig: tuple) -> str:
+    """A short mark of the files a run is read from (store signature: name, size, mtime of each):
+    their count, total size and newest mtime. A run traced again into the same folder changes it."""
+    return f"{len(sig)}:{sum(size for _, size, _ in sig)}:{max((mtime for *_, mtime in sig), default=0)}"
+
+
+@dash.callback(Output("replay-ahead", "data"), Output("replay-want", "data", allow_duplicate=True),
+               Input("replay-drawn", "data"), State("replay-step", "max"), prevent_initial_call=True)
 def draw_ahead(drawn, last):
     """The step after the one just drawn, for the page to keep ({"key": [run, step, lane mode],
     "out": the values of FIGURE_OUTPUTS, "skip": which of them to leave as they are}). Not for the
-    last step, nor when it cannot be drawn (the server then says why when it is asked)."""
-    if not isinstance(drawn, list) or len(drawn) != 3 or not drawn[0] or not isinstance(drawn[1], int) \
-            or not isinstance(last, int) or drawn[1] >= last:
-        return dash.no_update
-    name, step, mode = drawn
+    last step, nor when it cannot be drawn (the server then says why when it is asked).
+
+    A copy carries the files_version of the run it was drawn from (a 4th item in its "replay-drawn"):
+    when the page shows it and the run's files have changed since (traced again into the same
+    folder while the page was open), the step is asked of the server again (replay-want), so the
+    page shows the old run for one round trip at most instead of for good."""
+    no = dash.no_update
+    if not isinstance(drawn, list) or len(drawn) not in (3, 4) or not drawn[0] or not isinstance(drawn[1], int):
+        return no, no
+    name, step, mode = drawn[:3]
     try:
-        if C.store().get(name).recording:   # a step some ranks have not flushed yet would be kept partial
-            return dash.no_update
+        run = C.store().get(name)
     except Exception:                       # the server's draw says why, if it is asked
-        return dash.no_update
+        return no, no
+    version = files_version(run.sig)
+    if len(drawn) == 4 and drawn[3] != version:     # shown from a copy of files since replaced
+        return no, [name, step, mode, time.monotonic_ns()]
+    if run.recording or not isinstance(last, int) or step >= last:
+        return no, no          # recording: a step some ranks have not flushed yet would be kept partial
     out = list(render(name, step + 1, mode))
     if out[4] is not None:        # an error card
-        return dash.no_update
+        return no, no
+    out[5] = out[5] + [version]
     skip = [i for i, v in enumerate(out) if v is dash.no_update]
-    return {"key": [name, step + 1, mode], "out": [None if i in skip else v for i, v in enumerate(out)], "skip": skip}
+    return {"key": [name, step + 1, mode], "out": [None if i in skip else v for i, v in enumerate(out)], "skip": skip}, no
 
 
 # Play / pause in the browser: each tick moves the slider one step (the draw callback follows);
