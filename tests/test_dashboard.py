@@ -489,6 +489,62 @@ def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app, store):
     assert replay.draw_ahead(None, 4) == (no, no) and replay.draw_ahead(["synth24", 1, "auto"], None) == (no, no)
 
 
+def test_a_finished_runs_files_are_not_all_statted_on_every_request(app, store, root, monkeypatch):
+    """A finished run (run.json says so, every rank stream closed) is checked by its folder and its
+    run.json between full signatures (FULL_SIG_S): a file changed in place by hand shows only at the
+    next full one; run.json rewritten (a new trace into the folder) or a file added shows at once.
+    A run still recording is checked in full every time (test_live_run... tests)."""
+    from syncviz.dashboard.data import store as ST
+    run_dir = root / "quick"
+    write_synth_run(run_dir, world=2, steps=3, n_buckets=2)
+    (run_dir / S.CACHE_DIR).mkdir(exist_ok=True)     # as `syncviz trace` leaves it: the cache's writes stay inside
+    try:
+        run = store.get("quick")
+        assert run.meta.get("finished") and not run.incomplete_ranks and "quick" in store._finished
+        sig = store.signature("quick")
+        f = run_dir / S.rank_file(1)
+        st = f.stat()
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))      # changed in place: no folder change
+        assert store.signature("quick") == sig and store.get("quick") is run
+        monkeypatch.setattr(ST, "FULL_SIG_S", 0.0)                   # the full signature is due
+        assert store.signature("quick") != sig and store.get("quick") is not run
+        monkeypatch.setattr(ST, "FULL_SIG_S", 1e6)
+        run, sig = store.get("quick"), store.signature("quick")
+        assert "quick" in store._finished and store.signature("quick") == sig
+        meta = json.loads((run_dir / S.RUN_FILE).read_text())
+        write_json_atomic(run_dir / S.RUN_FILE, {**meta, "name": "quick again"})       # run.json rewritten
+        assert store.signature("quick") != sig and store.get("quick").meta["name"] == "quick again"
+        sig = store.signature("quick")
+        time.sleep(0.05)      # past the kernel's coarse file-time tick, so the folder's mtime moves
+        (run_dir / "layout-9.arrow").write_bytes(b"")                  # a file added: the folder changed
+        assert store.signature("quick") != sig
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        store._runs(refresh=True)
+
+
+def test_a_run_marked_finished_with_ranks_still_writing_is_checked_in_full(app, store, root):
+    """Rank 0 writes "finished" when it closes; another rank may still be flushing its last steps
+    (its stream not closed): each request checks every file, so those steps show at once."""
+    run_dir = root / "closing"
+    writers = write_live_steps(run_dir, steps=2)
+    (run_dir / S.CACHE_DIR).mkdir(exist_ok=True)
+    try:
+        writers[0].close()
+        write_json_atomic(run_dir / S.RUN_FILE, {**json.loads((run_dir / S.RUN_FILE).read_text()), "finished": True})
+        run = store.get("closing")
+        assert run.meta["finished"] and run.incomplete_ranks == [1] and "closing" not in store._finished
+        assert run.last_step == 1
+        store.signature("closing")
+        writers[1].write_step(columns(simple_step(2, 200, straggle_ms=2.0)))   # rank 1's last step, in place
+        assert store.get("closing").last_step == 2
+    finally:
+        for w in writers:
+            w.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        store._runs(refresh=True)
+
+
 def test_a_copy_of_a_run_traced_again_since_is_drawn_again(app, store, root):
     """A finished run traced again into the same folder while its Replay is open: the step the page
     drew ahead is of the old run, so once the page shows it the server is asked for that step again

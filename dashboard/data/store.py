@@ -23,6 +23,7 @@ from typing import Callable
 
 from syncviz import trace as T
 from syncviz.trace import TraceError
+from syncviz.trace import schema as S
 
 from syncviz.views import runcache as RC
 
@@ -32,6 +33,11 @@ log = logging.getLogger("syncviz.dashboard")
 
 LIST_TTL_S = 2.0          # how long a directory scan of the root is reused
 MAX_LOADED = 4            # runs kept in memory at once
+# A finished run's full signature is taken again at least this often even when its folder and
+# run.json are unchanged (only a file rewritten in place by hand escapes that check); in between,
+# two stats stand for its 2,049 (a 1,024-rank run: 20-45 ms a request after the server idled 2 s,
+# a large part of a step change's server time beside the step's own ~40 ms: README "Big runs").
+FULL_SIG_S = 10.0
 
 
 def inside_root(path: Path, root: Path) -> bool:
@@ -49,6 +55,16 @@ def signature(run_dir: Path, root: Path) -> tuple:
         if entry.is_symlink() and not inside_root(Path(entry.path), root):
             raise TraceError(f"{run_dir.name}/{entry.name}: links outside the served directory; not read")
     return RC.signature(run_dir, check)
+
+
+def folder_stamp(run_dir: Path) -> tuple | None:
+    """What changes when a run's files are added, removed or renamed (its folder's mtime) or its
+    run.json is rewritten (a new trace into the same folder writes it first): two stats."""
+    try:
+        d, m = os.stat(run_dir), os.stat(run_dir / S.RUN_FILE)
+    except OSError:
+        return None
+    return d.st_ino, d.st_mtime_ns, m.st_ino, m.st_size, m.st_mtime_ns
 
 
 def default_max_run_bytes() -> int:
@@ -78,6 +94,7 @@ class RunStore:
         self._loaded: OrderedDict[str, LoadedRun | TraceError] = OrderedDict()
         self._summaries: dict[str, tuple[tuple, tuple]] = {}
         self._sigs: dict[str, tuple] = {}
+        self._finished: dict[str, tuple[tuple, tuple, float]] = {}   # name → (folder_stamp, sig, when)
         self._load_locks: dict[str, threading.Lock] = {}
 
     def names(self) -> list[str]:
@@ -128,7 +145,28 @@ class RunStore:
         return runs[name]
 
     def signature(self, name: str) -> tuple:
-        return signature(self.path_of(name), self.root)
+        return self._signature(name, self.path_of(name))
+
+    def _signature(self, name: str, path: Path) -> tuple:
+        """The run's signature. For a finished run (run.json says so and every rank stream was
+        closed) whose folder and run.json have not changed since its last full signature, taken
+        less than FULL_SIG_S ago, that signature: nothing is appended to such a run, and a trace
+        into its folder again rewrites run.json (tests/test_dashboard.py, a run traced again)."""
+        kept = self._finished.get(name)
+        stamp = folder_stamp(path)      # before the full signature: a change during it shows next time
+        if kept is not None and stamp is not None and kept[0] == stamp and time.monotonic() - kept[2] < FULL_SIG_S:
+            return kept[1]
+        self._finished.pop(name, None)
+        sig = signature(path, self.root)
+        if kept is not None and sig == kept[1] and stamp is not None:   # the folder changed, not a file read
+            self._finished[name] = (stamp, sig, time.monotonic())     # (its .syncviz-cache made, say): still finished
+        return sig
+
+    def _note_finished(self, name: str, path: Path, run, stamp) -> None:
+        """Keep a finished run's signature for _signature (``stamp``: folder_stamp before it was taken)."""
+        if isinstance(run, LoadedRun) and stamp is not None and run.meta.get("finished", False) \
+                and not run.incomplete_ranks:
+            self._finished.setdefault(name, (stamp, run.sig, time.monotonic()))
 
     def get(self, name: str) -> LoadedRun:
         """The loaded run (re-read when its files changed). Raises TraceError with one line."""
@@ -136,7 +174,8 @@ class RunStore:
         with self._lock:
             lock = self._load_locks.setdefault(name, threading.Lock())
         with lock:   # one loader per run; concurrent callbacks wait for it instead of re-reading
-            sig = signature(path, self.root)
+            stamp = folder_stamp(path)
+            sig = self._signature(name, path)
             cached = self._loaded.get(name)
             # a refusal (TooBig) is tried again: `syncviz summary` may have kept what it needs since
             if cached is None or self._sigs.get(name) != sig or isinstance(cached, TooBig):
@@ -150,6 +189,7 @@ class RunStore:
                     log.exception("cannot read run %s", name)
                     cached = TraceError(f"{name}: cannot read ({e.__class__.__name__}: {str(e)[:160]})")
                 self._loaded[name], self._sigs[name] = cached, sig
+            self._note_finished(name, path, cached, stamp)
             self._keep_recent(name)
         if isinstance(cached, TraceError):
             raise cached
