@@ -96,6 +96,34 @@ def test_symlink_out_of_root_is_not_served(tmp_path):
     assert store.get("inside").ranks == [0, 1]
 
 
+def test_a_known_run_is_served_without_a_new_scan_while_it_is_still_there(tmp_path, monkeypatch):
+    """After LIST_TTL_S a request for a run of the last scan checks that run alone (still a run,
+    still inside the root); a run removed, or replaced by a link out of the root, is refused as
+    before; a new run is found by a new scan."""
+    from syncviz.dashboard.data import store as ST
+    outside = make_ddp_run(tmp_path / "outside")
+    root = tmp_path / "root"
+    make_ddp_run(root / "a")
+    make_ddp_run(root / "b")
+    store = ST.RunStore(root)
+    assert store.names() == ["a", "b"]
+    scans = []
+    real = ST.T.find_runs
+    monkeypatch.setattr(ST.T, "find_runs", lambda r: scans.append(r) or real(r))
+    monkeypatch.setattr(ST, "LIST_TTL_S", 0.0)         # every listing is out of date
+    assert store.get("a").ranks == [0, 1] and store.path_of("b") == root / "b" and scans == []
+    shutil.rmtree(root / "b")
+    (root / "b").symlink_to(outside, target_is_directory=True)      # b, now a link out of the root
+    with pytest.raises(TraceError, match="no run named 'b'"):
+        store.get("b")
+    assert len(scans) == 1
+    shutil.rmtree(root / "a")                                        # a, removed
+    with pytest.raises(TraceError, match="no run named 'a'"):
+        store.path_of("a")
+    make_ddp_run(root / "c")
+    assert store.get("c").ranks == [0, 1]                            # found by a new scan
+
+
 def test_root_that_is_one_run(tmp_path):
     """`syncviz dash traces/run1` serves that run alone, under its directory name."""
     from syncviz.dashboard.data.store import RunStore
