@@ -109,7 +109,8 @@ def test_memory_equal_theory(runs, strategy):
             "device_bytes", "host_bytes", "nvme_bytes")
     for r, measured in enumerate(run.meta["memory"]):
         expected = T.memory_per_rank(strategy, sc["param_shapes"], run.world_size, r,
-                                     group_numels=sc["group_numels"], param_order=sc["param_order"])
+                                     group_numels=sc["group_numels"], param_order=sc["param_order"],
+                                     nvme_gradients=sc["nvme_gradients"])
         assert {k: measured[k] for k in keys} == {k: expected[k] for k in keys}, r
     if strategy == "ds-infinity":
         assert run.meta["memory"][0]["nvme_bytes"] > 0
@@ -212,3 +213,23 @@ def test_theory_pads_and_counts_module_uses():
     z3 = T.comm_per_step("ds-zero3", shapes, 2, module_params=[["a"], ["b"], ["a"]])
     assert z3 == {"all_gather": 2 * (16 + 8 + 16) * 4, "reduce_scatter": (16 + 8) * 4, "all_reduce": 8}
     assert T.textbook_comm_per_step("ds-zero2", 88, 88) == {"reduce_scatter": 88, "all_gather": 88}
+
+
+def test_theory_nvme_files_with_and_without_gradient_swaps():
+    """ZeRO-Infinity on NVMe: the optimizer's partition (master and both moments, each padded to
+    1 KiB), each parameter partition of 1 MiB or more, and, where the DeepSpeed that ran swaps
+    boundary gradients (nvme_gradients), each fp32 gradient partition of 1 MiB or more cut to a
+    multiple of 1 KiB (its remainder stays in memory)."""
+    mib = 1024 ** 2
+    shapes = {"emb": [1024, 768], "w": [300, 300], "odd": [2 * 262_400 + 6]}   # per rank: 393,216 / 45,000 / 262,403
+    part = 393_216 + 45_000 + 262_403
+    optimizer = 3 * (-(-part * 4 // 1024) * 1024)
+    params = 393_216 * 4 + (-(-262_403 * 4 // 1024) * 1024)        # partitions of 1 MiB or more, padded
+    before = T.memory_per_rank("ds-infinity", shapes, 2, 0)["nvme_bytes"]
+    assert before == optimizer + params
+    grads = 393_216 * 4 + 262_400 * 4                                # the odd one cut at 262,400 (a 1 KiB multiple)
+    assert T.memory_per_rank("ds-infinity", shapes, 2, 0, nvme_gradients=True)["nvme_bytes"] == before + grads
+    assert 262_403 * 4 >= mib
+    # an optimizer partition under 1 MiB stays in memory, and so do the gradients
+    small = {"w": [300, 300]}
+    assert T.memory_per_rank("ds-infinity", small, 2, 0, nvme_gradients=True)["nvme_bytes"] == 0

@@ -44,6 +44,7 @@ TORCH_TWIN = {"ds-zero1": "zero1", "ds-zero2": "zero2", "ds-zero3": "zero3", "ds
 # the global-norm all_reduce per step: 1 fp32 element (stage 1/2, and stage 3 offloading the
 # optimizer: complete_grad_norm_calculation_for_cpu_offload); stage 3 on the device: 2 (measured)
 MIN_AIO_BYTES, AIO_ALIGNED_BYTES = 1024**2, 1024      # deepspeed.runtime.swap_tensor.utils
+FP32 = 4                 # gradients are swapped in the master dtype (fp32)
 NORM_BYTES = {"ds-zero1": 4, "ds-zero2": 4, "ds-offload": 4, "ds-zero3": 8, "ds-infinity": 4}
 
 Shapes = Mapping[str, Sequence[int]]
@@ -99,9 +100,11 @@ def textbook_comm_per_step(strategy: str, grad_bytes: float, param_bytes: float)
 
 def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *, itemsize: int = 4,
                     group_numels: Sequence[int] | None = None,
-                    param_order: Sequence[str] | None = None) -> dict[str, int]:
+                    param_order: Sequence[str] | None = None, nvme_gradients: bool = False) -> dict[str, int]:
     """Bytes held by rank ``rank`` after optimizer step 0, by what and where. ``param_order``:
-    the parameters in model order (run.json's shapes are a sorted mapping)."""
+    the parameters in model order (run.json's shapes are a sorted mapping). ``nvme_gradients``:
+    the DeepSpeed that ran swaps each parameter's fp32 gradient partition to NVMe at the
+    accumulation boundary (deepspeed_engine records it: ``nvme_gradients`` in strategy_config)."""
     if param_order:
         shapes = {k: shapes[k] for k in param_order if k in shapes}
     n = world_size
@@ -140,5 +143,14 @@ def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *
             split["host"] -= master + moments
         split["nvme"] += sum(_pad(_pad(_numel(s), n) // n * itemsize, AIO_ALIGNED_BYTES) for s in shapes.values()
                              if _pad(_numel(s), n) // n * itemsize >= MIN_AIO_BYTES)
+        if nvme_gradients and part * itemsize >= MIN_AIO_BYTES:
+            # DeepSpeed with the deferred boundary path (stage3's _finalize_offload_gradient_accumulation,
+            # DeepSpeed PR #8225, in 0.19.8) swaps each parameter's fp32 gradient partition of 1 MiB or
+            # more to a file of its own, split at a multiple of AIO_ALIGNED_BYTES (the remainder, under
+            # 1 KiB, stays in memory): measured on mini, 2 ranks, a 1,572,864-byte file for the
+            # embedding's 393,216-element partition, nothing for the rest
+            split["nvme"] += sum(g * FP32 // AIO_ALIGNED_BYTES * AIO_ALIGNED_BYTES
+                                 for g in (_pad(_numel(s), n) // n for s in shapes.values())
+                                 if g * FP32 >= MIN_AIO_BYTES)
     out.update({f"{k}_bytes": v for k, v in split.items()})
     return out

@@ -244,6 +244,8 @@ def instrument_engine(rec, engine) -> None:
     groups = getattr(engine.optimizer, "bit16_groups", None) or getattr(engine.optimizer, "fp16_groups", None) or []
     config["group_numels"] = [sum(_numel(p) for p in g) for g in groups] or None
     config["param_order"] = [n for n, p in module.named_parameters() if p.requires_grad]
+    # whether this DeepSpeed swaps boundary gradients to NVMe too (ds_theory.memory_per_rank's nvme_gradients)
+    config["nvme_gradients"] = hasattr(type(engine.optimizer), "_finalize_offload_gradient_accumulation")
     rec.annotate(deepspeed=cfg, strategy_config=config,
                  device=str(getattr(engine, "device", "cpu")).split(":")[0],
                  model={"name": type(module).__name__, "params": sum(_numel(p) for p in params),
