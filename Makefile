@@ -64,4 +64,4 @@ dash: $(BASE)
 	syncviz dash traces/
 
 clean:
-	rm -rf $(BASE) $(DEV) .make-installed traces/demo .pytest_cache build *.egg-info
+	rm -rf $(BASE) $(DEV) .make-installed traces/demo traces/classic .pytest_cache build *.egg-info
