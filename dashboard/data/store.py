@@ -152,15 +152,16 @@ class RunStore:
         return runs[name]
 
     def signature(self, name: str) -> tuple:
-        return self._signature(name, self.path_of(name))
+        path = self.path_of(name)
+        return self._signature(name, path, folder_stamp(path))
 
-    def _signature(self, name: str, path: Path) -> tuple:
+    def _signature(self, name: str, path: Path, stamp: tuple | None) -> tuple:
         """The run's signature. For a finished run (run.json says so and every rank stream was
         closed) whose folder and run.json have not changed since its last full signature, taken
         less than FULL_SIG_S ago, that signature: nothing is appended to such a run, and a trace
-        into its folder again rewrites run.json (tests/test_dashboard.py, a run traced again)."""
+        into its folder again rewrites run.json (tests/test_dashboard.py, a run traced again).
+        ``stamp``: folder_stamp taken before (a change during the full signature shows next time)."""
         kept = self._finished.get(name)
-        stamp = folder_stamp(path)      # before the full signature: a change during it shows next time
         if kept is not None and stamp is not None and kept[0] == stamp and time.monotonic() - kept[2] < FULL_SIG_S:
             return kept[1]
         self._finished.pop(name, None)
@@ -169,7 +170,7 @@ class RunStore:
             self._finished[name] = (stamp, sig, time.monotonic())     # (its .syncviz-cache made, say): still finished
         return sig
 
-    def _note_finished(self, name: str, path: Path, run, stamp) -> None:
+    def _note_finished(self, name: str, run, stamp) -> None:
         """Keep a finished run's signature for _signature (``stamp``: folder_stamp before it was taken)."""
         if isinstance(run, LoadedRun) and stamp is not None and run.meta.get("finished", False) \
                 and not run.incomplete_ranks:
@@ -182,7 +183,7 @@ class RunStore:
             lock = self._load_locks.setdefault(name, threading.Lock())
         with lock:   # one loader per run; concurrent callbacks wait for it instead of re-reading
             stamp = folder_stamp(path)
-            sig = self._signature(name, path)
+            sig = self._signature(name, path, stamp)
             cached = self._loaded.get(name)
             # a refusal (TooBig) is tried again: `syncviz summary` may have kept what it needs since
             if cached is None or self._sigs.get(name) != sig or isinstance(cached, TooBig):
@@ -196,7 +197,7 @@ class RunStore:
                     log.exception("cannot read run %s", name)
                     cached = TraceError(f"{name}: cannot read ({e.__class__.__name__}: {str(e)[:160]})")
                 self._loaded[name], self._sigs[name] = cached, sig
-            self._note_finished(name, path, cached, stamp)
+            self._note_finished(name, cached, stamp)
             self._keep_recent(name)
         if isinstance(cached, TraceError):
             raise cached

@@ -137,20 +137,19 @@ def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *
         # partition (fp32 master and both moments) and each parameter partition that large; the
         # optimizer's then leave memory, the parameters' flat partition stays in host memory
         # each swap file is padded to AIO_ALIGNED_BYTES (1 KiB; measured on mini: 3 × 768 B)
+        shards = [_pad(_numel(s), n) // n for s in shapes.values()]     # each parameter's partition (elements)
         if part * itemsize >= MIN_AIO_BYTES:
             split["nvme"] += 3 * _pad(part * itemsize, AIO_ALIGNED_BYTES)
             out["master_params_bytes"] = out["optimizer_states_bytes"] = out["optimizer_bytes"] = 0
             split["host"] -= master + moments
-        split["nvme"] += sum(_pad(_pad(_numel(s), n) // n * itemsize, AIO_ALIGNED_BYTES) for s in shapes.values()
-                             if _pad(_numel(s), n) // n * itemsize >= MIN_AIO_BYTES)
+        split["nvme"] += sum(_pad(g * itemsize, AIO_ALIGNED_BYTES) for g in shards if g * itemsize >= MIN_AIO_BYTES)
         if nvme_gradients and part * itemsize >= MIN_AIO_BYTES:
             # DeepSpeed with the deferred boundary path (stage3's _finalize_offload_gradient_accumulation,
             # DeepSpeed PR #8225, in 0.19.8) swaps each parameter's fp32 gradient partition of 1 MiB or
             # more to a file of its own, split at a multiple of AIO_ALIGNED_BYTES (the remainder, under
             # 1 KiB, stays in memory): measured on mini, 2 ranks, a 1,572,864-byte file for the
             # embedding's 393,216-element partition, nothing for the rest
-            split["nvme"] += sum(g * FP32 // AIO_ALIGNED_BYTES * AIO_ALIGNED_BYTES
-                                 for g in (_pad(_numel(s), n) // n for s in shapes.values())
+            split["nvme"] += sum(g * FP32 // AIO_ALIGNED_BYTES * AIO_ALIGNED_BYTES for g in shards
                                  if g * FP32 >= MIN_AIO_BYTES)
     out.update({f"{k}_bytes": v for k, v in split.items()})
     return out
