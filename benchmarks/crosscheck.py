@@ -50,7 +50,7 @@ def main():
     print(f"  launch vs c10d::allreduce_ start : {q(prof['launch_diff_ms'])}")
     print(f"  done   vs gloo:all_reduce end    : {q(prof['done_diff_ms'])}")
     print(f"DDP runtime-logging timers, {ddp['n']} (rank, step) pairs, (syncviz − DDP) / DDP:")
-    print(f"  forward (fwd start → bwd start)   : {q(ddp['forward_rel'])}")
+    print(f"  forward (the forward row)         : {q(ddp['forward_rel'])}")
     print(f"  backward compute                   : {q(ddp['backward_rel'])}  (DDP's starts at forward end)")
     print(f"  backward comm (first launch → last done): {q(ddp['comm_rel'])}")
     rel = exposed["rel"][np.isfinite(exposed["rel"])]

@@ -159,8 +159,10 @@ def test_cross_check_against_ddp_timers_and_profiler(tmp_path):
     assert abs(np.median(prof["launch_diff_ms"])) < 1.0 and abs(np.median(prof["done_diff_ms"])) < 1.0
     ddp = compare_ddp_timers(run, tmp_path)
     assert ddp["n"] == 2 * 4
-    # DDP: forward = forward start → backward start; comm = first launch → last done
-    assert np.median(np.abs(ddp["forward_rel"])) < 0.15
+    # DDP: forward = forward start → its end (prepare_for_backward); comm = first launch → last done
+    # ours encloses DDP's timer (the hooks run just outside it): +2..+8% a step in session 27's
+    # runs, median +3..+4%; forward start → backward start read +7..+64% (median up to +17%)
+    assert -0.02 < np.median(ddp["forward_rel"]) < 0.10
     assert np.median(np.abs(ddp["comm_rel"])) < 0.15
     # DDP's backward starts at the end of forward, ours at the output's grad_fn: ours is ≤ DDP's
     assert np.median(ddp["backward_rel"]) <= 0.02 and np.median(ddp["backward_rel"]) > -0.35
