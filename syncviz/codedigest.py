@@ -9,15 +9,19 @@ from pathlib import Path
 from syncviz import __version__
 
 
-@lru_cache(maxsize=1)
-def code_digest() -> str:
+@lru_cache(maxsize=4)
+def code_digest(*packages: str) -> str:
     """A digest of syncviz's source (this package and the dashboard's): a cache written by other
-    code is stale, even at the same version number (editable installs, local fixes)."""
+    code is stale, even at the same version number (editable installs, local fixes). ``packages``:
+    of those subpackages of syncviz only (with the version), for a file that only their code decides
+    (rank_pass: analysis and trace, which import nothing else of syncviz's)."""
     import syncviz
-    roots = [Path(syncviz.__file__).parent]
+    root = Path(syncviz.__file__).parent
+    roots = [root / p for p in packages] if packages else [root]
     try:
         import syncviz.dashboard as dash
-        roots.append(Path(dash.__file__).parent)
+        if not packages:
+            roots.append(Path(dash.__file__).parent)
     except ImportError:       # pragma: no cover - the dashboard is part of the package
         pass
     h = hashlib.sha1(__version__.encode())

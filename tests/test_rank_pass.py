@@ -189,7 +189,7 @@ def test_a_pass_not_of_exactly_this_rank_file_and_code_is_not_used(tmp_path, mon
     p2 = rank_pass.path_of(files[2])
     p2.write_bytes(p2.read_bytes()[: p2.stat().st_size // 2])
     with monkeypatch.context() as m:
-        m.setattr(rank_pass, "code_digest", lambda: "other-code")
+        m.setattr(rank_pass, "code_digest", lambda *packages: "other-code")
         assert rank_pass.write(3, files[3]) is not None
     for r in (1, 2, 3):
         assert rank_pass.load(r, files[r]) is None
@@ -323,3 +323,28 @@ def test_a_pass_that_loads_but_does_not_merge_is_read_instead(tmp_path, reads):
     assert reads == [[0]], "rank 0 read (pass 1 keeps its rows for pass 2), rank 1 from its pass"
     assert rank_pass.partition_local({0: files[0]}) is None and rank_pass.partition_pass1({0: files[0]}) is None
     assert rank_pass.partition_local({1: files[1]}) is not None
+
+
+def test_kept_passes_are_keyed_on_the_code_that_decides_them():
+    """A pass is trusted under the digest of syncviz/analysis and syncviz/trace only (rank_pass.CODE),
+    so that holds only while their code imports nothing else of syncviz's: every import checked."""
+    import ast
+    import syncviz
+    from syncviz.codedigest import code_digest
+    root = Path(syncviz.__file__).parent
+    allowed = {f"syncviz.{p}" for p in rank_pass.CODE} | {"syncviz.codedigest"}
+    outside = []
+    for pkg in rank_pass.CODE:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "syncviz":
+                    mods = [node.module] if node.module != "syncviz" else \
+                        [f"syncviz.{a.name}" for a in node.names if a.name != "__version__"]
+                elif isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names if a.name.split(".")[0] == "syncviz"]
+                else:
+                    continue
+                outside += [f"{path.relative_to(root)}: {m}" for m in mods
+                            if not any(m == a or m.startswith(a + ".") for a in allowed)]
+    assert not outside, outside
+    assert code_digest(*rank_pass.CODE) not in (code_digest(), code_digest("analysis"), code_digest("trace"))

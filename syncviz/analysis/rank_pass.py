@@ -52,6 +52,9 @@ WORTH_BYTES = 750_000 * 52
 # ...and a rank keeps none when its own file is bigger than two partitions: analysing it at close would
 # hold more memory in the training process than a summary worker holds (~0.4 GB per 1.5 M events).
 MAX_BYTES = 2 * WORTH_BYTES
+# The code a kept pass depends on: reading the rank file (trace) and analysing it (analysis), which
+# import nothing else of syncviz's (a change to the recorder, the views or the dashboard keeps them).
+CODE = ("analysis", "trace")
 ENV = "SYNCVIZ_RANK_PASS"       # "always" / "never" override worth_it (tests, benchmarks)
 
 
@@ -105,7 +108,7 @@ def write(rank: int, rank_file: Path) -> Path | None:
     # back as it concatenates; "wide" names each one's own type)
     wide = {k: v.dtype.str for k, v in arrays.items() if k[:2] in ("c_", "x_") and v.dtype.kind == "i"}
     arrays.update({k: PL.small_ints(arrays[k]) for k in wide})
-    head = {"format": FORMAT, "code": code_digest(), "rank": rank, "size": before[0], "mtime_ns": before[1], "wide": wide,
+    head = {"format": FORMAT, "code": code_digest(*CODE), "rank": rank, "size": before[0], "mtime_ns": before[1], "wide": wide,
             "rows": out["rows"], "last_step": [[r, s] for r, s in out["last_step"].items()],
             "max_rank": out["max_rank"], "steps": list(local.steps.columns),
             "top_bucket": f["top_bucket"]}
@@ -159,7 +162,7 @@ def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
     rank file and this code (a damaged file is None too: the partition is then read)."""
     try:
         head, packed = _read_file(path_of(rank_file))
-        if not (head.get("format") == FORMAT and head.get("code") == code_digest() and head.get("rank") == rank
+        if not (head.get("format") == FORMAT and head.get("code") == code_digest(*CODE) and head.get("rank") == rank
                 and [head.get("size"), head.get("mtime_ns")] == list(_identity(rank_file))):
             return None
         if not 0 <= head["payload"] <= _MAX_RATIO * len(packed) + (1 << 20):
@@ -188,10 +191,19 @@ def _load_all(files: dict[int, Path]) -> list[tuple[dict, dict]] | None:
     return loaded
 
 
-def _merged(loaded: list[tuple[dict, dict]]) -> tuple[dict, dict, dict]:
+# What pass 1 uses of the comm rows (partition_facts.comm_facts: the identities, each collective's
+# launches and op, every bucket's first launch) and of the extras (the launch order the identities'
+# first rows follow). Merging only these in pass 1: 9 of ~30 columns.
+PASS1_COMM = PL.IDENTITY + ("launch", "op", "names", "ops")
+PASS1_EXTRA = ("order",)
+
+
+def _merged(loaded: list[tuple[dict, dict]], comm: tuple | None = None, extra: tuple | None = None) -> tuple[dict, dict, dict]:
+    """merge of the loaded passes, of the ``comm`` and ``extra`` columns only when given."""
     cat = [z for _, z in loaded]
-    return merge([_comm(z) for z in cat], [{k[2:]: v for k, v in z.items() if k.startswith("x_")} for z in cat],
-                 loaded[0][0]["wide"])
+    return merge([_comm(z, comm) for z in cat],
+                 [{k[2:]: v for k, v in z.items() if k.startswith("x_") and (extra is None or k[2:] in extra)}
+                  for z in cat], loaded[0][0]["wide"])
 
 
 def partition_local(files: dict[int, Path]) -> tuple[dict, dict, dict] | None:
@@ -233,7 +245,7 @@ def _pass1_of(loaded: list[tuple[dict, dict]]) -> dict | None:
     if any(h["steps"] != columns for h in heads):
         return None
     cat = [z for _, z in loaded]
-    c, idents, _ = _merged(loaded)
+    c, idents, _ = _merged(loaded, PASS1_COMM, PASS1_EXTRA)
     spans = _cat(cat, "p_spans").reshape(-1, len(SP.COLUMNS))
     out = PF.empty_pass1([], [], [], pd.DataFrame(spans, columns=SP.COLUMNS))
     out["rows"] = int(sum(h["rows"] for h in heads))
@@ -247,9 +259,9 @@ def _pass1_of(loaded: list[tuple[dict, dict]]) -> dict | None:
     return out
 
 
-def _comm(z: dict) -> dict:
-    c = {k[2:]: v for k, v in z.items() if k.startswith("c_")}
-    c.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_")})
+def _comm(z: dict, only: tuple | None = None) -> dict:
+    c = {k[2:]: v for k, v in z.items() if k.startswith("c_") and (only is None or k[2:] in only)}
+    c.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_") and (only is None or k[2:] in only)})
     return c
 
 
@@ -274,9 +286,10 @@ def merge(comms: list[dict], extras: list[dict], wide: dict) -> tuple[dict, dict
     rank order: what partition_local.local_pass and partition_facts.pass2_extras give when the ranks are
     read together. Per-row results depend on their own rank only; the dictionaries are merged
     (sorted, as the partition's reader sorts them, so codes keep their order), bucket rows' places
-    shifted, and the identities numbered over the partition."""
+    shifted, and the identities numbered over the partition. Given some of the columns (_merged's
+    ``comm``, ``extra``), merges those."""
     c: dict = {}
-    for d in PL.DICTIONARIES:
+    for d in (d for d in PL.DICTIONARIES if d in comms[0]):
         c[d] = np.unique(np.concatenate([x[d] for x in comms])) if any(len(x[d]) for x in comms) else comms[0][d]
     sizes = [len(x["step"]) for x in comms]
     offsets = np.cumsum([0] + sizes[:-1])
@@ -293,10 +306,12 @@ def merge(comms: list[dict], extras: list[dict], wide: dict) -> tuple[dict, dict
         c[key] = _concat(pieces, wide.get(f"c_{key}"))
     order = _concat([x["order"] + o for x, o in zip(extras, offsets)], wide.get("x_order"))
     idents = PL.identities(c, order)
-    origin = PF.min_by_step(_concat([x["origin_step"] for x in extras], wide.get("x_origin_step")),
-                            _concat([x["origin"] for x in extras], wide.get("x_origin")), "start_ns")
-    extra = {"rows": np.array([sum(int(x["rows"][0]) for x in extras)]), "order": order,
-             "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy()}
+    extra = {"rows": np.array([sum(int(x["rows"][0]) for x in extras)])} if "rows" in extras[0] else {}
+    extra["order"] = order
+    if "origin" in extras[0]:
+        origin = PF.min_by_step(_concat([x["origin_step"] for x in extras], wide.get("x_origin_step")),
+                                _concat([x["origin"] for x in extras], wide.get("x_origin")), "start_ns")
+        extra.update(origin_step=origin.index.to_numpy(), origin=origin.to_numpy())
     for key in extras[0]:
         if key not in extra:
             extra[key] = _concat([x[key] for x in extras], wide.get(f"x_{key}"))
