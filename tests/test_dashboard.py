@@ -494,6 +494,37 @@ def test_draw_reports_errors_as_cards(app):
     assert replay.draw(None) == (replay.dash.no_update,) * 6
 
 
+def test_a_step_asked_for_while_it_is_being_drawn_is_drawn_once(app, monkeypatch):
+    """→ held down asks the server for the step draw_ahead is drawing: the second request waits for
+    that draw and gets its result; a request after it has finished draws again (nothing is kept)."""
+    import threading
+    import time
+    from syncviz.dashboard.pages import replay
+    real, calls = replay.draw_step, []
+
+    def slow_draw(*args):          # the real draw, held long enough that the two requests overlap
+        calls.append(args)
+        time.sleep(0.4)
+        return real(*args)
+    monkeypatch.setattr(replay, "draw_step", slow_draw)
+    got = [None, None]
+
+    def ask(i):
+        got[i] = replay.render("synth8", 2, "auto")
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    threads[0].start()
+    time.sleep(0.1)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got[0] is got[1] and got[0][4] is None
+    assert got[0][0]["layout"]["meta"]["step"] == 2
+    # another step, or the same once drawn, is drawn on its own
+    replay.render("synth8", 2, "auto")
+    replay.render("synth8", 3, "auto")
+    assert len(calls) == 3 and not replay._DRAWING
+
+
 def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app, store):
     """draw_ahead: the next step's outputs, exactly what the server's draw of that step returns
     (JSON-equal), with the outputs that draw leaves as they are named in "skip", and the version of

@@ -5,7 +5,9 @@ and a client-side play/pause that advances the slider without a server round tri
 """
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -161,8 +163,41 @@ def step_cards(view) -> list:
     return cards
 
 
+# The draws in progress, by (run, step, lane mode): a request for a step already being drawn waits
+# for that draw and shares its result instead of drawing it again. Why: → held down asks the server
+# for the step draw_ahead is still drawing (its copy has not reached the page yet), and each of those
+# drew it twice, two ~110 ms draws of a 1,024-rank step competing for the same cores.
+_DRAWING: dict[tuple, Future] = {}
+_DRAWING_LOCK = threading.Lock()
+
+
 def render(name, step, mode) -> tuple:
-    """Values of FIGURE_OUTPUTS for (run, step, lane mode); errors become an error card."""
+    """Values of FIGURE_OUTPUTS for (run, step, lane mode); errors become an error card. One draw
+    of each (run, step, lane mode) at a time (_DRAWING); nothing is kept once it is drawn."""
+    try:
+        key = (name, step, mode)
+        hash(key)
+    except TypeError:             # not a key of ours: drawn on its own (and reported as an error card)
+        return _render(name, step, mode)
+    with _DRAWING_LOCK:
+        running = _DRAWING.get(key)
+        if running is None:
+            mine = _DRAWING[key] = Future()
+    if running is not None:
+        return running.result()
+    try:
+        out = _render(name, step, mode)
+        mine.set_result(out)
+        return out
+    except BaseException as e:       # _render turns errors into cards; this is an interrupt or a bug
+        mine.set_exception(e)
+        raise
+    finally:
+        with _DRAWING_LOCK:
+            _DRAWING.pop(key, None)
+
+
+def _render(name, step, mode) -> tuple:
     drawn = [name, step, mode]
     if not name:
         return (TL.empty_figure("no run selected"), TL.empty_figure(""), {"display": "none"}, [],
