@@ -348,3 +348,35 @@ def test_kept_passes_are_keyed_on_the_code_that_decides_them():
                             if not any(m == a or m.startswith(a + ".") for a in allowed)]
     assert not outside, outside
     assert code_digest(*rank_pass.CODE) not in (code_digest(), code_digest("analysis"), code_digest("trace"))
+
+
+def test_identities_of_ranks_that_made_the_same_calls_are_the_first_ranks(tmp_path):
+    """partition_local.identities with the ranks' row counts: where every rank's identity columns
+    equal the first rank's, the first rank's numbering repeated; where one value differs, or the
+    ranks' counts do, the rows grouped as a whole. Both equal the numbering without the counts."""
+    from syncviz.analysis import partition_local as PL
+    run = _copy(DATA / "straggler", tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        assert rank_pass.write(r, f) is not None
+    c, _, x = rank_pass.partition_local(files)
+    n = len(c["step"])
+    blocks = [n // len(files)] * len(files)
+    assert sum(blocks) == n and PL._same_calls(c, blocks) is not None
+
+    def numbered(c, blocks):
+        c = dict(c)
+        idents = PL.identities(c, x["order"], blocks)
+        return c["ident"], idents
+    for change in (None, "name", "occurrence", "counts"):
+        cc, bb = dict(c), list(blocks)
+        if change in ("name", "occurrence"):
+            cc[change] = c[change].copy()
+            cc[change][n - 1] += 1          # the last rank's last call differs
+        elif change == "counts":
+            bb = [blocks[0] - 1, blocks[1] + 1] + blocks[2:]
+        assert (PL._same_calls(cc, bb) is None) == (change is not None), change
+        got, want = numbered(cc, bb), numbered(cc, None)
+        np.testing.assert_array_equal(got[0], want[0], err_msg=str(change))
+        for k in want[1]:
+            np.testing.assert_array_equal(got[1][k], want[1][k], err_msg=f"{change}: {k}")

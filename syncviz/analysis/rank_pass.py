@@ -305,7 +305,7 @@ def merge(comms: list[dict], extras: list[dict], wide: dict) -> tuple[dict, dict
             pieces = [x[key] for x in comms]
         c[key] = _concat(pieces, wide.get(f"c_{key}"))
     order = _concat([x["order"] + o for x, o in zip(extras, offsets)], wide.get("x_order"))
-    idents = PL.identities(c, order)
+    idents = PL.identities(c, order, sizes)
     extra = {"rows": np.array([sum(int(x["rows"][0]) for x in extras)])} if "rows" in extras[0] else {}
     extra["order"] = order
     if "origin" in extras[0]:
