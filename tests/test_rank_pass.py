@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from syncviz.analysis import partition_facts as PF
 from syncviz.analysis import rank_pass
-from syncviz.analysis.partitioned import summarize
+from syncviz.analysis.partitioned import measure, summarize
 from syncviz.cli import cli
 from syncviz.trace import read as R
 from syncviz.views import runcache as RC
@@ -69,6 +69,18 @@ def _equal(a, b):
     assert _text(a) == _text(b)
 
 
+def _same_comparison(a, b) -> None:
+    """measure()'s results (what `syncviz compare` shows of a run) equal, tables exactly."""
+    assert a.problems == b.problems and a.incomplete_ranks == b.incomplete_ranks and a.world_size == b.world_size
+    x, y = a.comparison, b.comparison
+    assert set(x) == set(y)
+    for k, v in x.items():
+        if isinstance(v, pd.DataFrame):
+            pd.testing.assert_frame_equal(v, y[k], check_exact=True, obj=k)
+        else:
+            assert v == y[k], k
+
+
 def _cli(*args) -> str:
     r = CliRunner().invoke(cli, [*args, "--jobs", "1"])
     assert r.exit_code == 0, r.output
@@ -114,11 +126,16 @@ def test_fixture_summary_from_the_ranks_first_passes(tmp_path, name, target, rea
     reads.clear()
     with_passes = summarize(run, jobs=1, target_events=target)
     used_reads = list(reads)
+    reads.clear()
+    measured = measure(run, jobs=1, target_events=target)
+    measure_reads = list(reads)
     back = _aside(run)
     reads.clear()
     every_event = summarize(run, jobs=1, target_events=target)
+    measured_every = measure(run, jobs=1, target_events=target)
     back()
     _equal(with_passes, every_event)
+    _same_comparison(measured, measured_every)
     unusable = sorted(r for r, w in wrote.items() if w is None)
     # only a rank file read without a problem keeps its pass; a partition holding any other is read
     if name == "truncated-rank":
@@ -127,6 +144,7 @@ def test_fixture_summary_from_the_ranks_first_passes(tmp_path, name, target, rea
         assert not unusable
     expected = [] if not unusable else ([unusable] if target == 1 else [sorted(files)])
     assert used_reads == expected, (read_before, used_reads)
+    assert measure_reads == expected, "compare reads only what the summary reads"
 
 
 def _simulated(tmp_path, monkeypatch, name, *args) -> Path:
@@ -151,11 +169,15 @@ def test_simulated_runs_write_them_and_the_summary_is_the_same(tmp_path, monkeyp
     _equal(a, b)
     _same_pieces(a_more, b_more)
     assert a_more["json"] or "zero3" in run.name, "the DDP run's bucket rows are compared"
-    # the commands' own output, byte for byte
+    # the commands' own output, byte for byte (compare: no rank file read where every rank kept its pass)
+    reads.clear()
     text, as_json = _cli("summary", "--fresh", str(run)), _cli("summary", "--json", str(run))
+    compared = _cli("compare", "--json", str(run))
+    assert reads == []
     back = _aside(run)
     assert _cli("summary", "--fresh", str(run)) == text
     assert _cli("summary", "--json", str(run)) == as_json
+    assert _cli("compare", "--json", str(run)) == compared
     back()
 
 

@@ -1,5 +1,5 @@
 """What ``syncviz compare`` measures in one run, from the whole run (``measure``) or from partitions of
-whole ranks (partition_passes.compare_partial in each, ``combine`` at the end; analysis.partitioned):
+whole ranks (partition_facts.compare_partial in each, ``combine`` at the end; analysis.partitioned):
 the steady steps, their step_metrics rows, bytes per op, the buckets' logical/wire bytes, whether
 collectives blocked the host, and (for compression hooks) the collectives' own busy time.
 
@@ -76,7 +76,7 @@ def numbers(m: dict) -> dict:
 # ------------------------------------------------------------------------- by partitions of ranks
 
 def combine(parts: list[dict], steps: pd.DataFrame, steady: list[int]) -> dict:
-    """measure's dict from every partition's inputs (partition_passes.compare_partial, in rank order)
+    """measure's dict from every partition's inputs (partition_facts.compare_partial, in rank order)
     and the run's step_metrics (``steps``: the partitions' concatenated, as the whole run's)."""
     keep = set(steady)
     colls = [p["coll_steps"] for p in parts if len(p["coll_steps"])]

@@ -123,3 +123,30 @@ def pass2_extras(ev: E.EventArrays, local: PL.Local) -> dict:
     return {"rows": np.array([len(ev)]), "order": local.order, "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy(),
             "off_step": ev.step[off], "off_name": np.asarray(ev.names[ev.name[off]].tolist(), dtype=str),
             "off_ns": ev.end[off] - ev.start[off], "step_rank": ev.rank[st], "step_step": ev.step[st]}
+
+
+def compare_partial(ev: E.EventArrays, c: dict) -> dict:
+    """analysis.comparison's inputs of one partition (see comparison.combine): per (rank, step, op)
+    wire calls and bytes, per step the bucket rows' count and byte sums, the steps with a blocking
+    collective, and step_metrics of every row but the buckets (a compression hook's own collectives)."""
+    w = np.flatnonzero(PL.is_wire(c["kind"], c["bucket"]))
+    pairs = None
+    if len(w):
+        first, codes = PJ.group_rows(c["rank"][w], c["step"][w], c["op"][w])
+        at, n = w[first], len(first)
+        idx = pd.MultiIndex.from_arrays([c["rank"][at], c["step"][at], c["ops"][c["op"][at]]], names=["rank", "step", "op"])
+        pairs = pd.DataFrame({"calls": np.bincount(codes, minlength=n).astype(np.int64),
+                              "bytes": PJ.int_sums(codes, c["bytes"][w], n)}, index=idx)
+    b = np.flatnonzero(ev.kind == E.BUCKET)
+    if len(b):
+        first, codes = PJ.group_rows(ev.step[b])
+        n = len(first)
+        buckets = pd.DataFrame({"n": np.bincount(codes, minlength=n).astype(np.int64),
+                                "logical_bytes": PJ.int_sums(codes, ev.logical_bytes[b], n),
+                                "bytes": PJ.int_sums(codes, ev.bytes[b], n)}, index=pd.Index(ev.step[b][first], name="step"))
+    else:
+        buckets = pd.DataFrame({k: pd.Series(dtype=np.int64) for k in ("n", "logical_bytes", "bytes")},
+                               index=pd.Index([], dtype=np.int64, name="step"))
+    blocked = PL.blocking(ev)
+    return {"pairs": pairs, "buckets": buckets, "blocking": set(ev.step[blocked].tolist()),
+            "coll_steps": PL.step_metrics_of(ev.take(ev.kind != E.BUCKET))}

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from syncviz.analysis import eventarrays as E
 from syncviz.analysis import jsonrows
 from syncviz.analysis import partial_views as PV
 from syncviz.analysis import partition_joined as PJ
@@ -37,10 +36,9 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     own first pass when its recording closed (analysis.rank_pass), those are combined instead of
     reading the rank files (the same results: tests/test_rank_pass.py), and nothing is kept: pass 2
     merges them again."""
-    if not compare:
-        found = rank_pass.partition_pass1(files)
-        if found is not None:
-            return found
+    found = rank_pass.partition_pass1(files, compare)
+    if found is not None:
+        return found
     index: dict = {}
     ev, problems, incomplete, errors = PF.read_events(files, index)
     out = PF.empty_pass1(problems, incomplete, errors, PF.span_table(index))
@@ -49,38 +47,11 @@ def pass1(run_dir: str, files: dict[int, Path], keep: str | None = None, compare
     local = PL.local_pass(ev)
     PF.event_facts(out, ev)
     if compare:
-        out["compare"] = compare_partial(ev, local.comm)
+        out["compare"] = PF.compare_partial(ev, local.comm)
     PF.comm_facts(out, local.steps, local.comm, local.idents)
     if keep is not None:
         PL.save(keep, local, PF.pass2_extras(ev, local))
     return out
-
-
-def compare_partial(ev: E.EventArrays, c: dict) -> dict:
-    """analysis.comparison's inputs of one partition (see comparison.combine): per (rank, step, op)
-    wire calls and bytes, per step the bucket rows' count and byte sums, the steps with a blocking
-    collective, and step_metrics of every row but the buckets (a compression hook's own collectives)."""
-    w = np.flatnonzero(PL.is_wire(c["kind"], c["bucket"]))
-    pairs = None
-    if len(w):
-        first, codes = PJ.group_rows(c["rank"][w], c["step"][w], c["op"][w])
-        at, n = w[first], len(first)
-        idx = pd.MultiIndex.from_arrays([c["rank"][at], c["step"][at], c["ops"][c["op"][at]]], names=["rank", "step", "op"])
-        pairs = pd.DataFrame({"calls": np.bincount(codes, minlength=n).astype(np.int64),
-                              "bytes": PJ.int_sums(codes, c["bytes"][w], n)}, index=idx)
-    b = np.flatnonzero(ev.kind == E.BUCKET)
-    if len(b):
-        first, codes = PJ.group_rows(ev.step[b])
-        n = len(first)
-        buckets = pd.DataFrame({"n": np.bincount(codes, minlength=n).astype(np.int64),
-                                "logical_bytes": PJ.int_sums(codes, ev.logical_bytes[b], n),
-                                "bytes": PJ.int_sums(codes, ev.bytes[b], n)}, index=pd.Index(ev.step[b][first], name="step"))
-    else:
-        buckets = pd.DataFrame({k: pd.Series(dtype=np.int64) for k in ("n", "logical_bytes", "bytes")},
-                               index=pd.Index([], dtype=np.int64, name="step"))
-    blocked = PL.blocking(ev)
-    return {"pairs": pairs, "buckets": buckets, "blocking": set(ev.step[blocked].tolist()),
-            "coll_steps": PL.step_metrics_of(ev.take(ev.kind != E.BUCKET))}
 
 
 def _events(path: str) -> pd.DataFrame:

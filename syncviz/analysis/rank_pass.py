@@ -37,6 +37,7 @@ import pyarrow as pa
 from syncviz.analysis import keys as K
 from syncviz.analysis import partition_local as PL
 from syncviz.analysis import partition_facts as PF
+from syncviz.analysis import partition_joined as PJ
 from syncviz.codedigest import code_digest
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
@@ -97,6 +98,8 @@ def write(rank: int, rank_file: Path) -> Path | None:
     arrays.update({f"d_{k}": np.asarray(c[k].tolist(), dtype=str) for k in PL.DICTIONARIES})
     arrays.update({f"x_{k}": v for k, v in PF.pass2_extras(ev, local).items()})
     arrays.update({f"s_{k}": local.steps[k].to_numpy() for k in local.steps.columns})
+    compared = PF.compare_partial(ev, local.comm)
+    arrays.update(_compare_arrays(compared))
     f = out["facts"]
     arrays.update({"f_ranks": f["ranks"], "f_steps": f["steps"], "f_first_step": f["first"].index.to_numpy(),
                    "f_first": f["first"].to_numpy(), "f_last_step": f["last"].index.to_numpy(),
@@ -111,7 +114,8 @@ def write(rank: int, rank_file: Path) -> Path | None:
     head = {"format": FORMAT, "code": code_digest(*CODE), "rank": rank, "size": before[0], "mtime_ns": before[1], "wide": wide,
             "rows": out["rows"], "last_step": [[r, s] for r, s in out["last_step"].items()],
             "max_rank": out["max_rank"], "steps": list(local.steps.columns),
-            "top_bucket": f["top_bucket"]}
+            "top_bucket": f["top_bucket"], "compare": {"pairs": compared["pairs"] is not None,
+                                                       "steps": list(compared["coll_steps"].columns)}}
     target = path_of(rank_file)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -230,20 +234,23 @@ def _from_passes(files: dict[int, Path], build):
         return None
 
 
-def partition_pass1(files: dict[int, Path]) -> dict | None:
+def partition_pass1(files: dict[int, Path], compare: bool = False) -> dict | None:
     """pass1's result for a partition from its ranks' kept first passes, or None when a rank has
     none. Nothing is kept for pass 2, which merges the same files again (partition_local): writing
     the merged comm rows cost more than merging them twice (py-spy of the 10^8-event summary, two
     workers: 7.5 s of the workers' 19 s in pass 1 went to writing those 2.7 GB; merging a
-    partition's 8 ranks takes ~70 ms)."""
-    return _from_passes(files, _pass1_of)
+    partition's 8 ranks takes ~70 ms). ``compare``: with what ``syncviz compare`` measures, from
+    each rank's own (partition_facts.compare_partial of its events, kept since 2026-11-29)."""
+    return _from_passes(files, lambda loaded: _pass1_of(loaded, compare))
 
 
-def _pass1_of(loaded: list[tuple[dict, dict]]) -> dict | None:
+def _pass1_of(loaded: list[tuple[dict, dict]], compare: bool = False) -> dict | None:
     heads = [h for h, _ in loaded]
     columns = heads[0]["steps"]
     if any(h["steps"] != columns for h in heads):
         return None
+    if compare and any("compare" not in h for h in heads):
+        return None             # kept by a syncviz that kept no compare inputs: the partition is read
     cat = [z for _, z in loaded]
     c, idents, _ = _merged(loaded, PASS1_COMM, PASS1_EXTRA)
     spans = _cat(cat, "p_spans").reshape(-1, len(SP.COLUMNS))
@@ -256,7 +263,52 @@ def _pass1_of(loaded: list[tuple[dict, dict]]) -> dict | None:
     out["step_first"] = PF.min_by_step(_cat(cat, "t_step"), _cat(cat, "t_start"), "start_ns")
     steps = pd.DataFrame({k: _cat(cat, f"s_{k}") for k in columns})
     PF.comm_facts(out, steps, c, idents)
+    if compare:
+        out["compare"] = _compare_of(heads, cat)
     return out
+
+
+def _compare_arrays(compared: dict) -> dict:
+    """One rank's compare_partial as the pass file's arrays (no pickle): "k_" the wire calls and bytes
+    per (rank, step, op), "b_" the bucket sums per step, "k_blocking" the steps with a blocking
+    collective, "m_" the step_metrics rows of every row but the buckets."""
+    out = {}
+    pairs = compared["pairs"]
+    if pairs is not None:
+        out.update({"k_rank": pairs.index.get_level_values("rank").to_numpy(),
+                    "k_step": pairs.index.get_level_values("step").to_numpy(),
+                    "k_op": np.asarray(pairs.index.get_level_values("op").tolist(), dtype=str),
+                    "k_calls": pairs["calls"].to_numpy(), "k_bytes": pairs["bytes"].to_numpy()})
+    b = compared["buckets"]
+    out.update({"b_step": b.index.to_numpy(), "b_n": b["n"].to_numpy(), "b_logical_bytes": b["logical_bytes"].to_numpy(),
+                "b_bytes": b["bytes"].to_numpy(), "k_blocking": np.array(sorted(compared["blocking"]), dtype=np.int64)})
+    out.update({f"m_{k}": compared["coll_steps"][k].to_numpy() for k in compared["coll_steps"].columns})
+    return out
+
+
+def _compare_of(heads: list[dict], arrays: list[dict]) -> dict:
+    """compare_partial of the partition from its ranks' own: what it gives when the ranks are read
+    together (their pairs and step_metrics rows in rank order, the bucket sums added per step)."""
+    have = [z for h, z in zip(heads, arrays) if h["compare"]["pairs"]]
+    pairs = None
+    if have:
+        idx = pd.MultiIndex.from_arrays([_cat(have, "k_rank"), _cat(have, "k_step"), _cat(have, "k_op").astype(object)],
+                                        names=["rank", "step", "op"])
+        pairs = pd.DataFrame({"calls": _cat(have, "k_calls"), "bytes": _cat(have, "k_bytes")}, index=idx)
+    step = _cat(arrays, "b_step")
+    if len(step):
+        first, codes = PJ.group_rows(step)
+        n = len(first)
+        buckets = pd.DataFrame({k: PJ.int_sums(codes, _cat(arrays, f"b_{k}"), n) for k in ("n", "logical_bytes", "bytes")},
+                               index=pd.Index(step[first], name="step"))
+    else:
+        buckets = pd.DataFrame({k: pd.Series(dtype=np.int64) for k in ("n", "logical_bytes", "bytes")},
+                               index=pd.Index([], dtype=np.int64, name="step"))
+    columns = heads[0]["compare"]["steps"]
+    frames = [pd.DataFrame({k: z[f"m_{k}"] for k in h["compare"]["steps"]}) for h, z in zip(heads, arrays)]
+    rows = [f for f in frames if len(f)]
+    coll = pd.concat(rows, ignore_index=True) if rows else frames[0][columns]
+    return {"pairs": pairs, "buckets": buckets, "blocking": set(_cat(arrays, "k_blocking").tolist()), "coll_steps": coll}
 
 
 def _comm(z: dict, only: tuple | None = None) -> dict:
