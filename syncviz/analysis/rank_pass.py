@@ -10,8 +10,9 @@ the simulated llama70b-1024 run: 0.10 s of CPU) and takes it off the one machine
 What a rank keeps (``.syncviz-cache/ranks/rank-<r>.pass1``: one JSON header and its arrays in one
 zstd frame, no pickle): its comm rows with their first-pass results (partition_local.local_pass's
 ``comm`` without the identity numbers), what pass 2 needs of its other rows, its step_metrics rows,
-its step facts, where its batches lie, each step's first start, and, in the header, the rank file's
-size and mtime and the digest of the code that wrote it. ``partition_pass1`` turns the files of a
+its step facts, where its batches lie, each step's first start, what ``syncviz compare`` measures of
+it (partition_facts.compare_partial), and, in the header, the rank file's size and mtime and the
+digest of the code that decides it (``CODE``). ``partition_pass1`` turns the files of a
 partition's ranks into exactly what pass1 returns for that partition, and ``partition_local`` into
 what pass 2 needs (dictionaries merged, identities numbered over the partition), or None when any
 rank lacks a file this code wrote for exactly that rank file: then the partition is read as before.
