@@ -228,8 +228,8 @@ def test_run_too_big_to_open_whole_is_one_line(root, tmp_path):
 
 def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp_path):
     """Over the budget, a run is refused until `syncviz summary` has run on it; then the Runs
-    list, the Replay (each step read alone from the rank files) and Ratios' step figure work
-    without ever reading the run whole, with the numbers a whole read gives, and a page that needs
+    list, the Replay (each step read alone from the rank files), Ratios' step figure and the Buckets
+    page's distributions work without ever reading the run whole, with the numbers a whole read gives, and a page that needs
     every event says so in one line."""
     from click.testing import CliRunner
     from syncviz.cli import cli
@@ -265,8 +265,20 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
         pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
                                       truth.step_view(run.start_step).get(key).reset_index(drop=True), check_exact=True)
     run.analyse_in_background()                    # nothing to start: steps are read alone
+    # the Buckets page's distributions from what the summary kept (test_runcache.same_stats: exact
+    # but for the mean's last bits), and its figures
+    from test_runcache import same_stats
+    same_stats(run.bucket_stats(), truth.bucket_stats())
+    from syncviz.dashboard.pages.buckets import bucket_figures
+    kept_store = C._STORE
+    C.set_store(store)
+    try:
+        figs = bucket_figures("big")
+    finally:
+        C.set_store(kept_store)
+    assert [len(f["data"]) for f in figs[1:]] == [2, 2, 2] and list(figs[1]["data"][0]["x"]) == [0, 1, 2, 3]
     with pytest.raises(TraceError) as e:
-        run.bucket_stats()
+        run.distributed()
     assert "needs every event" in str(e.value) and "\n" not in str(e.value)
     old = C._STORE
     C.set_store(store)

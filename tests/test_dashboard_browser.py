@@ -330,7 +330,7 @@ def test_replay_no_bar_hides_another(server, browser):
 def test_run_too_big_to_read_whole(tmp_path_factory, browser):
     """A run over --max-run-gb, after `syncviz summary`: the Replay reads each step alone (the
     last step from where its batches lie), the whole-run pages say in one line why they cannot
-    draw it, and Ratios draws its steps from what the summary kept."""
+    draw it, and Ratios and Buckets draw from what the summary kept."""
     import subprocess
     import sys
     from selenium.webdriver.common.by import By
@@ -352,8 +352,15 @@ def test_run_too_big_to_read_whole(tmp_path_factory, browser):
         heat = wait_for(lambda: graph(browser, "replay-lateness"), "big: lateness heatmap")
         assert heat["traces"][0][2] == 32
         browser.save_screenshot(str(SHOTS / "replay-big-run.png"))
+        # the Buckets page's distributions from what the summary kept (a box per bucket)
         browser.get(f"{base}/buckets?run=big")
-        wait_for(lambda: "needs every event" in text(browser, "#buckets-error .error-card"), "big: buckets says why")
+        boxes = wait_for(lambda: (graph(browser, "buckets-duration") or {}).get("traces"), "big: bucket durations drawn")
+        assert [t[1] for t in boxes] == ["box", "scatter"] and boxes[1][2] == 8, boxes     # a median per bucket
+        assert not text(browser, "#buckets-error")
+        browser.save_screenshot(str(SHOTS / "buckets-big-run.png"))
+        browser.get(f"{base}/distributed?run=big")
+        wait_for(lambda: "needs every event" in text(browser, "#distributed-error .error-card"),
+                 "big: distributed says why")
         browser.get(f"{base}/ratios?run=big")
         wait_for(lambda: (graph(browser, "ratios-steps") or {}).get("traces"), "big: ratios over steps drawn")
         # the rank × step lateness map, from the table the summary kept (a row per rank)

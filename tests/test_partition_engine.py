@@ -238,3 +238,33 @@ def test_medians_that_select_groups_of_one_spill(tmp_path, monkeypatch):
         pd.testing.assert_frame_equal(flags, whole.groupby("flag")[["b", "a"]].median(), check_exact=True, check_names=False)
     pool.shutdown()
     assert [len(s) for s in spill._where(pieces, flagged).values()] == [3]     # flags 1 and 2 adjacent: a read a file
+
+
+def test_quantiles_over_spilled_pieces_are_pandas_quantiles(tmp_path, monkeypatch):
+    """spill.group_quantiles (the Buckets page's distributions of a run read by partitions) equals
+    tables.quantiles of the whole table: every quantile and count exactly (NaN skipped per column, a
+    group with no value of a column has no row), the mean to the last bits; serial and pooled."""
+    from syncviz.analysis import partition_joined as PJ
+    from syncviz.analysis.tables import quantiles
+    monkeypatch.setattr(spill, "BIG_GROUP", 40)     # big groups a task each, small ones batched
+    rng = np.random.default_rng(11)
+    frames, pieces = [], []
+    for i in range(4):
+        n = int(rng.integers(1, 120))
+        f = pd.DataFrame({"g": rng.integers(0, 7, n), "a": rng.normal(size=n) * 1e6,
+                          "b": rng.integers(0, 50, n).astype(float)})
+        f.loc[rng.random(n) < 0.15, "a"] = np.nan
+        f.loc[f["g"] == 5, "b"] = np.nan            # a column with no value in a group
+        frames.append(f)
+        pieces.append(PJ.spill_by(tmp_path, f"q{i}", [(f["g"].to_numpy(), None)], [f["a"].to_numpy(), f["b"].to_numpy()]))
+    whole = pd.concat(frames, ignore_index=True)
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        for map_fn in (map, pool.map):
+            got = spill.group_quantiles(pieces + [None], ["g"], ["a", "b"], map_fn)
+            for col, frame in zip(["a", "b"], got):
+                ref = quantiles(whole, "g", col)
+                assert list(frame.columns) == list(ref.columns) == list(spill.STATS)
+                pd.testing.assert_frame_equal(frame.drop(columns="mean"), ref.drop(columns="mean"),
+                                              check_exact=True, check_index_type=False)
+                np.testing.assert_allclose(frame["mean"], ref["mean"], rtol=1e-13, atol=0)
+    assert 5 not in got[1].index and 5 in got[0].index

@@ -159,8 +159,24 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
         same(kept.get("rank_skew"), ref, "rank_skew")     # Ratios' rank × step lateness map
     else:
         assert kept.get("rank_skew") is None or not len(kept.get("rank_skew"))
+    same_stats(kept.get("bucket_stats"), cold.bucket_stats())    # the Buckets page's distributions
     warm = loaded(run)
     assert not warm._opened and warm.summary() == cold.summary()
+    assert warm.partial is None and not warm._opened
+    same_stats(warm.bucket_stats(), cold.bucket_stats())
+    assert not warm._opened, "the Buckets page's table came from what the summary kept"
+
+
+def same_stats(kept: tuple, ref: tuple) -> None:
+    """bucket_stats kept by the summary against the dashboard's whole-run one: quantiles, counts,
+    index and types exactly; the mean to the last bits (spill.group_quantiles: a correctly rounded
+    sum where pandas adds with Kahan's compensation)."""
+    assert kept is not None and len(kept) == len(ref) == 4
+    for k, r, what in zip(kept[:3], ref[:3], ("duration", "busbw", "launch delay")):
+        pd.testing.assert_frame_equal(k.drop(columns="mean"), r.drop(columns="mean"), check_exact=True, obj=what)
+        np.testing.assert_allclose(k["mean"].to_numpy(), r["mean"].to_numpy(), rtol=1e-13, atol=0, err_msg=what)
+    rows = [int(x["rows"].iloc[0]) if isinstance(x, pd.DataFrame) else x for x in (kept[3], ref[3])]
+    assert rows[0] == rows[1] and isinstance(rows[1], int)
 
 
 @pytest.mark.parametrize("src", ["tests/data/ddp-2rank", "tests/data/zero2", "tests/data/straggler",

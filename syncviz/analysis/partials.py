@@ -12,7 +12,9 @@ from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.metrics import _ms
-from syncviz.analysis.tables import BUCKET_MEDIANS, with_params
+from syncviz.trace import schema as S
+from syncviz.analysis.partition_joined import BUCKET_DISTRIBUTIONS, bucket_of, headline_bucket
+from syncviz.analysis.tables import BUCKET_MEDIANS, quantiles, with_params
 
 from syncviz.analysis.partition_facts import span_table, step_facts  # noqa: F401
 from syncviz.analysis.partition_passes import _EVENTS, pass1, pass2  # noqa: F401  (the workers' half)
@@ -151,10 +153,27 @@ def combine_buckets(second: list[dict], layouts: pd.DataFrame, med: pd.DataFrame
     g = pd.concat(firsts).groupby(level=[0, 1], sort=True)
     out = pd.DataFrame({"bytes": g["bytes"].max(), "dtype": g["dtype"].first()})
     if med is None:
-        med = spill.group_medians([r["buckets"] for r in second], ["layout", "bucket"], BUCKET_MEDIANS)
+        med = spill.group_medians_many([([r["buckets"] for r in second], ["layout", "bucket"], BUCKET_MEDIANS,
+                                         headline_bucket)])[0]
     out = out.join(med)
     out.index.names = ["layout", "bucket"]
     return with_params(out, layouts)
+
+
+def combine_bucket_stats(second: list[dict], map_fn=map) -> tuple:
+    """The dashboard's bucket_stats (LoadedRun.bucket_stats: tables.quantiles of duration, bus
+    bandwidth and launch delay per bucket over every bucket row, and the rows' count), from the
+    partitions' spills of the bucket rows (every step: partition_joined.bucket_of)."""
+    pieces = [r["buckets"] for r in second]
+    n = sum(r["bucket_n"] for r in second)
+    bucket = S.EVENT_SCHEMA.field("bucket").type.to_pandas_dtype()     # the index as comm_metrics has it
+    if not n:
+        empty = pd.DataFrame({"bucket": pd.Series(dtype=bucket), "v": pd.Series(dtype=float)})
+        frames = [quantiles(empty, "bucket", "v")] * len(BUCKET_DISTRIBUTIONS)
+    else:
+        frames = [f.set_axis(f.index.astype(bucket), axis=0)
+                  for f in spill.group_quantiles(pieces, ["bucket"], BUCKET_DISTRIBUTIONS, map_fn, select=bucket_of)]
+    return (*frames, pd.DataFrame({"rows": [n]}))
 
 
 def combine_collectives(second: list[dict], med: pd.DataFrame) -> pd.DataFrame:

@@ -88,6 +88,24 @@ def spill_by(scratch, tag, keys: list, values: list, names: tuple = ()):
     return spill.write_groups(scratch, tag, list(zip(*cols)), codes, values, names)
 
 
+# What the dashboard's Buckets page draws the distribution of, per bucket over every step and rank
+# (LoadedRun.bucket_stats; its whole-run path: tables.quantiles of these columns of the bucket rows),
+# read from the bucket rows' spill (aggregate), which is grouped by (headline, layout, bucket). Their
+# own spill cost a 10^8-event DDP summary ~8 s more (63-64 s against 55-56 s, alternated): this one
+# holds every bucket row, the step-0 rows too, in place of the headline rows alone.
+BUCKET_DISTRIBUTIONS = ("duration_ns", "busbw_gbps", "launch_delay_ns")
+
+
+def headline_bucket(key: tuple) -> tuple | None:
+    """(layout, bucket) of a headline row of the bucket spill: the summary's bucket medians."""
+    return key[1:] if key[0] else None
+
+
+def bucket_of(key: tuple) -> tuple:
+    """(bucket,) of any row of the bucket spill: the Buckets page's distributions."""
+    return (key[2],)
+
+
 # The comm rows' values the summary takes medians of, spilled once a partition (aggregate), grouped
 # by (which medians the row is in, phase, op, step). Each median selects its groups (spill's
 # ``select``): the headline wire rows (one median of all three), busbw per step over every wire row,
@@ -279,13 +297,17 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
         out["rank_steps"] = distinct_pairs(c["rank"][hw], c["step"][hw])
         hw_in_order = order[(wire & headline)[order]]
         stragglers(out, c, t, hw_in_order, events, scratch, tag)
-    at = np.flatnonzero(headline[c["bucket_rows"]])       # headline bucket rows, as places in bucket_rows
-    if len(at):
-        b = c["bucket_rows"][at]
+    b = c["bucket_rows"]
+    out["bucket_n"] = len(b)
+    if len(b):     # one spill of every bucket row serves the headline medians and the Buckets page's distributions
         bt = bucket_times(c)
-        cols = [bt[k][at] if k in bt else (c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
-        out["buckets"] = spill_by(scratch, f"b-{tag}", [(c["layout"][at], None), (c["bucket"][b], None)], cols)
-        out["bucket_first"] = bucket_sums(c, b, at)
+        head = headline[b]
+        cols = [bt[k] if k in bt else (c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
+        out["buckets"] = spill_by(scratch, f"b-{tag}", [(head.astype(np.int8), None), (c["layout"], None),
+                                                        (c["bucket"][b], None)], cols, BUCKET_MEDIANS)
+        at = np.flatnonzero(head)       # headline bucket rows, as places in bucket_rows
+        if len(at):
+            out["bucket_first"] = bucket_sums(c, b[at], at)
     m = np.flatnonzero(coll)
     if len(m):
         out["coll_sums"] = collective_sums(c, t, m)

@@ -91,7 +91,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
            "strag_steps": set(), "strag": None, "json": None, "lateness": None, "tb_first": None, "tb_medians": None,
-           "histograms": None, "replay": None, "origin": None}
+           "histograms": None, "replay": None, "origin": None, "bucket_n": 0}
     if c is None or not int(extra["rows"][0]):
         return out
     t = PJ.comm_times(c, idents, events)

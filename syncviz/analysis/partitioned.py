@@ -76,6 +76,7 @@ class SummaryTables:
     rank_skew: pd.DataFrame | None = None       # metrics.lateness_matrix of the run (the dashboard's rank_skew)
     export: dict | None = None                  # summarize(export_dir=): the TensorBoard and HTML exports' inputs
     replay: dict | None = None                  # summarize(replay_dir=): what the Replay needs (runcache.put_summary)
+    bucket_stats: tuple | None = None           # the dashboard's bucket_stats (partials.combine_bucket_stats)
 
     @property
     def name(self) -> str:
@@ -249,6 +250,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.comparison = comparison
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])
+        tables.bucket_stats = P.combine_bucket_stats(second, map_fn)
         if replay_dir is not None and all(r["replay"] is not False for r in second):
             origin = PV.reduce_step_first([r["origin"] for r in second])
             tables.replay = {"dir": replay_dir, "lateness": [r["replay"] for r in second if r["replay"] is not None],
@@ -272,7 +274,7 @@ def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, eve
     med, busbw, bucket_med, coll_med = spill.group_medians_many([
         (comm, [], ["busbw_gbps", "service_ns", "queue_ns"], PJ.headline_wire),
         (comm, ["step"], ["busbw_gbps"], PJ.wire_by_step),
-        ([r["buckets"] for r in second], ["layout", "bucket"], P.BUCKET_MEDIANS),
+        ([r["buckets"] for r in second], ["layout", "bucket"], P.BUCKET_MEDIANS, PJ.headline_bucket),
         (comm, ["phase", "op"], P.COLLECTIVE_MEDIANS, PJ.collective_by_phase_op)], map_fn)
     n_hw = sum(r["n_hw"] for r in second)
     row = med.iloc[0] if len(med) else None

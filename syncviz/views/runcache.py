@@ -78,7 +78,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
     opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios.
     Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
-    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness).
+    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness),
+    and ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats).
     ``sig``: the run's signature taken before summarizing; nothing is written when the files changed
     since, or while the run is recording. False when nothing was written."""
     run_dir = Path(run_dir)
@@ -95,6 +96,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("spans", tables.spans)
     if tables.rank_skew is not None:     # Ratios' rank × step lateness map (a note without it)
         cache.put("rank_skew", tables.rank_skew)
+    if tables.bucket_stats is not None:  # the Buckets page's distributions per bucket
+        cache.put("bucket_stats", tables.bucket_stats)
     if tables.replay is not None:        # the Replay draws a step from the drawn ranks' events alone
         put_replay(cache, tables.replay)
     # the rest of what `syncviz summary` prints: it prints from the cache next time (kept_report)
