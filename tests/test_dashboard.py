@@ -845,6 +845,19 @@ def test_buckets_page_names_zero3_units_as_units(app, tmp_path):
     text = json.dumps(unit_map, cls=PlotlyJSONEncoder)
     assert "rebuild" not in text and "bucket" not in text.lower().replace("no gradient buckets", "")
     assert all(f["layout"]["annotations"][0]["text"] == "no gradient buckets in this run" for f in figs[1:-1])
+    assert "the Distributed page counts" in str(figs[-1])
+    # too big to read whole (after `syncviz summary`): the same page from what the summary kept, and
+    # the note points to the summary, since the Distributed page cannot show such a run
+    r = CliRunner().invoke(cli, ["summary", str(out), "--jobs", "1"])
+    assert r.exit_code == 0, r.output
+    C.set_store(RunStore(tmp_path / "runs", max_run_bytes=10_000))
+    try:
+        big = buckets.draw("z3")
+        assert C.store().get("z3").partial and not C.store().get("z3")._opened
+    finally:
+        C.set_store(served)
+    assert json.dumps(big[:-1], cls=PlotlyJSONEncoder) == json.dumps(figs[:-1], cls=PlotlyJSONEncoder)
+    assert "`syncviz summary` counts and times them" in str(big[-1])
 
 
 def test_a_run_still_recording_is_not_drawn_ahead(app, store, root):

@@ -49,9 +49,11 @@ def draw(name):
         strategy = run.meta.get("strategy") or "this strategy"
         units = strategy == "zero3" and len(run.bucket_map())   # the simulator's ZeRO-3 layout: parameters per unit
         if not run.bucket_stats()[3] and (units or not len(run.bucket_map())):
+            counts = ("`syncviz summary` counts and times them (this run is too big for the Distributed page)"
+                      if run.partial else "the Distributed page counts and times them")
             note = C.note_card(f"Gradient buckets are DDP's (and ZeRO-1/2's under DDP). In this run ({strategy}) "
-                               "gradients are synchronized by other collectives: the Distributed page counts and "
-                               "times them, and the Replay page draws each one.", title="No gradient buckets in this run")
+                               f"gradients are synchronized by other collectives: {counts}, and the Replay page "
+                               "draws each one.", title="No gradient buckets in this run")
             first = CH.bucket_map_figure(run.bucket_map(), unit="ZeRO-3 unit") if units else \
                 empty_figure("no gradient buckets in this run")
             return [first] + [empty_figure("no gradient buckets in this run")] * (len(GRAPHS) - 1) + [note]
