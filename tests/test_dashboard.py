@@ -228,9 +228,9 @@ def test_run_too_big_to_open_whole_is_one_line(root, tmp_path):
 
 def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp_path):
     """Over the budget, a run is refused until `syncviz summary` has run on it; then the Runs
-    list, the Replay (each step read alone from the rank files), Ratios' step figure and the Buckets
-    page's distributions work without ever reading the run whole, with the numbers a whole read gives, and a page that needs
-    every event says so in one line."""
+    list, the Replay (each step read alone from the rank files), Ratios' step figure, the Buckets
+    page's distributions and the Strategies page work without ever reading the run whole, with the
+    numbers a whole read gives, and a page that needs every event says so in one line."""
     from click.testing import CliRunner
     from syncviz.cli import cli
     from syncviz.dashboard import components as C
@@ -277,6 +277,16 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     finally:
         C.set_store(kept_store)
     assert [len(f["data"]) for f in figs[1:]] == [2, 2, 2] and list(figs[1]["data"][0]["x"]) == [0, 1, 2, 3]
+    # the Strategies page: compare's numbers and bytes per op from what the summary kept, the whole read's
+    from syncviz.dashboard.pages import strategies
+    assert {**run.comparison(), "path": ""} == {**truth.comparison(), "path": ""}
+    pd.testing.assert_frame_equal(run.op_bytes(), truth.op_bytes(), check_exact=True)
+    C.set_store(store)
+    try:
+        table, split, op_bytes, memory, errors, notes = strategies.compare(["big"])
+    finally:
+        C.set_store(kept_store)
+    assert not errors and len(split["data"]) and op_bytes["data"][0]["name"] == "all_reduce"
     with pytest.raises(TraceError) as e:
         run.distributed()
     assert "needs every event" in str(e.value) and "\n" not in str(e.value)
@@ -880,3 +890,24 @@ def test_a_run_still_recording_is_not_drawn_ahead(app, store, root):
         shutil.rmtree(run_dir)
         store._runs(refresh=True)     # the other tests list the root without it
 
+
+
+def test_a_traced_run_too_big_to_read_whole_keeps_what_syncviz_summary_keeps(tmp_path, monkeypatch):
+    """`syncviz trace` summarizes a run over the dashboard's budget by partitions when it ends
+    (tracecmd.analyse_for_views): the cache then holds what `syncviz summary` keeps, the Replay's
+    tables and the Buckets and Strategies pages' included, so every such page opens from it."""
+    from syncviz.dashboard.data import store as ST
+    from syncviz.dashboard.data.store import RunStore
+    from syncviz.views import runcache as RC
+    from syncviz.workloads.tracecmd import analyse_for_views
+    big = write_synth_run(tmp_path / "runs" / "big", world=8, steps=6, n_buckets=4, straggler=3, straggle_ms=4)
+    monkeypatch.setattr(ST, "default_max_run_bytes", lambda: 10_000)
+    summary = analyse_for_views(big)
+    kept = RC.RunCache(big, RC.signature(big))
+    for key in ("facts", "summary", "steps", "rank_skew", "bucket_stats", "comparison", "op_bytes", "spans"):
+        assert kept.get(key) is not None, key
+    run = RunStore(tmp_path / "runs", max_run_bytes=10_000).get("big")
+    assert run.partial and run.summary() == summary
+    assert run.step_view(run.start_step).source == "kept tables and the drawn ranks"
+    run.bucket_stats(), run.comparison(), run.op_bytes()
+    assert not run._opened

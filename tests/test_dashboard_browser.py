@@ -330,7 +330,7 @@ def test_replay_no_bar_hides_another(server, browser):
 def test_run_too_big_to_read_whole(tmp_path_factory, browser):
     """A run over --max-run-gb, after `syncviz summary`: the Replay reads each step alone (the
     last step from where its batches lie), the whole-run pages say in one line why they cannot
-    draw it, and Ratios and Buckets draw from what the summary kept."""
+    draw it, and Ratios, Buckets and Strategies draw from what the summary kept."""
     import subprocess
     import sys
     from selenium.webdriver.common.by import By
@@ -358,6 +358,11 @@ def test_run_too_big_to_read_whole(tmp_path_factory, browser):
         assert [t[1] for t in boxes] == ["box", "scatter"] and boxes[1][2] == 8, boxes     # a median per bucket
         assert not text(browser, "#buckets-error")
         browser.save_screenshot(str(SHOTS / "buckets-big-run.png"))
+        # Strategies: compare's numbers and bytes per op from what the summary kept
+        browser.get(f"{base}/strategies?run=big")
+        split = wait_for(lambda: (graph(browser, "strategies-split") or {}).get("traces"), "big: strategies drawn")
+        assert split and not text(browser, "#strategies-errors") and "big" in text(browser, "#strategies-table")
+        browser.save_screenshot(str(SHOTS / "strategies-big-run.png"))
         browser.get(f"{base}/distributed?run=big")
         wait_for(lambda: "needs every event" in text(browser, "#distributed-error .error-card"),
                  "big: distributed says why")

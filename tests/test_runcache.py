@@ -147,7 +147,7 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     from syncviz.analysis.partitioned import summarize
     run = fresh_copy(ROOT / src, tmp_path / "a" / "run")
     sig = RC.signature(run)
-    assert RC.put_summary(run, summarize(run, jobs=1, target_events=1), sig)
+    assert RC.put_summary(run, summarize(run, jobs=1, target_events=1, compare=True), sig)
     kept = RC.RunCache(run, RC.signature(run))
     cold = loaded(fresh_copy(ROOT / src, tmp_path / "b" / "run"))
     assert cold._opened
@@ -160,11 +160,17 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     else:
         assert kept.get("rank_skew") is None or not len(kept.get("rank_skew"))
     same_stats(kept.get("bucket_stats"), cold.bucket_stats())    # the Buckets page's distributions
+    # the Strategies page's (the cold run is a copy elsewhere: its path differs, nothing else)
+    assert kept.get("comparison")["path"] == str(run)
+    same({**kept.get("comparison"), "path": ""}, {**cold.comparison(), "path": ""}, "comparison")
+    same(kept.get("op_bytes"), cold.op_bytes(), "op_bytes")
     warm = loaded(run)
     assert not warm._opened and warm.summary() == cold.summary()
     assert warm.partial is None and not warm._opened
     same_stats(warm.bucket_stats(), cold.bucket_stats())
-    assert not warm._opened, "the Buckets page's table came from what the summary kept"
+    same({**warm.comparison(), "path": ""}, {**cold.comparison(), "path": ""}, "comparison")
+    same(warm.op_bytes(), cold.op_bytes(), "op_bytes")
+    assert not warm._opened, "the Buckets and Strategies pages' tables came from what the summary kept"
 
 
 def same_stats(kept: tuple, ref: tuple) -> None:

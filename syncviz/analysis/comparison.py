@@ -110,4 +110,12 @@ def _op_bytes(pairs: list, steady: list[int]) -> pd.DataFrame:
                          "count_max": per_pair.max().astype(int)}).rename_axis("op").reset_index()
 
 
-__all__ = ["steady_steps", "measure", "numbers", "combine", "compressed"]
+def headline_op_bytes(parts: list[dict]) -> pd.DataFrame:
+    """tables.op_bytes_per_step(ev) of the whole run (every step with wire rows but the first: the
+    dashboard's op_bytes, its Strategies page) from every partition's compare inputs."""
+    pairs = [p["pairs"] for p in parts if p is not None and p["pairs"] is not None]
+    steps = sorted({int(s) for t in pairs for s in t.index.get_level_values("step").unique()})
+    return _op_bytes(pairs, steps[1:] if len(steps) > 1 else steps)
+
+
+__all__ = ["steady_steps", "measure", "numbers", "combine", "compressed", "headline_op_bytes"]

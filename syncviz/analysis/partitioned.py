@@ -77,6 +77,7 @@ class SummaryTables:
     export: dict | None = None                  # summarize(export_dir=): the TensorBoard and HTML exports' inputs
     replay: dict | None = None                  # summarize(replay_dir=): what the Replay needs (runcache.put_summary)
     bucket_stats: tuple | None = None           # the dashboard's bucket_stats (partials.combine_bucket_stats)
+    op_bytes: pd.DataFrame | None = None        # the dashboard's op_bytes (summarize(compare=True))
 
     @property
     def name(self) -> str:
@@ -248,6 +249,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         tables.comparison = comparison
+        tables.op_bytes = CM.headline_op_bytes(compared) if compare else None
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])
         tables.bucket_stats = P.combine_bucket_stats(second, map_fn)

@@ -79,7 +79,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios.
     Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
     ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness),
-    and ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats).
+    ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats),
+    ``comparison`` and ``op_bytes``: the Strategies page's (summarize(compare=True)).
     ``sig``: the run's signature taken before summarizing; nothing is written when the files changed
     since, or while the run is recording. False when nothing was written."""
     run_dir = Path(run_dir)
@@ -98,6 +99,11 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("rank_skew", tables.rank_skew)
     if tables.bucket_stats is not None:  # the Buckets page's distributions per bucket
         cache.put("bucket_stats", tables.bucket_stats)
+    if tables.comparison is not None:    # the Strategies page: what `syncviz compare` shows, and bytes per op
+        from syncviz.views.compare import run_comparison
+        cache.put("comparison", run_comparison(tables))
+    if tables.op_bytes is not None:
+        cache.put("op_bytes", tables.op_bytes)
     if tables.replay is not None:        # the Replay draws a step from the drawn ranks' events alone
         put_replay(cache, tables.replay)
     # the rest of what `syncviz summary` prints: it prints from the cache next time (kept_report)

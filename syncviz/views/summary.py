@@ -231,7 +231,10 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
                 if as_json else None
             # what the dashboard's Replay keeps of every rank (moved into the run's cache by put_summary)
             replay_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-replay-", dir=scratch))
-            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir, replay_dir=replay_dir)
+            # compare=True: what `syncviz compare` and the dashboard's Strategies page need too (from the
+            # ranks' kept passes it costs ~nothing; see README "Big runs")
+            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir, replay_dir=replay_dir,
+                        compare=True)
             if dask_address is None:
                 tables = summarize(run, **opts)
             else:

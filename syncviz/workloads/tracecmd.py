@@ -9,6 +9,7 @@ It lives here, above the dashboard, because the recorder's stage may not import 
 """
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,8 +53,8 @@ def trace_command(argv):
 def analyse_for_views(run_dir: Path, echo=None) -> dict:
     """The run's summary (analysis.run_summary), with every whole-run table the dashboard draws
     computed now and written to the run's disk cache. A run bigger than the dashboard opens whole
-    (store.default_max_run_bytes) is summarized in partitions instead, and what that finds (the step
-    index, summary and step table: runcache.put_summary) is cached. Raises
+    (store.default_max_run_bytes) is summarized in partitions instead, and what that finds is cached
+    as `syncviz summary` caches it (runcache.put_summary). Raises
     TraceError like the trace reader."""
     from syncviz.dashboard.data.loaded import LoadedRun
     from syncviz.dashboard.data.store import default_max_run_bytes
@@ -63,8 +64,10 @@ def analyse_for_views(run_dir: Path, echo=None) -> dict:
     size = sum(n for name, n, _ in sig if name.startswith("rank-"))
     if size > default_max_run_bytes():   # the dashboard opens it from what the partitioned summary keeps
         from syncviz.analysis.partitioned import summarize
-        tables = summarize(run_dir)
-        RC.put_summary(run_dir, tables, sig)
+        # as `syncviz summary` keeps it (views/summary.py): the Replay's tables and compare's numbers too
+        with tempfile.TemporaryDirectory(prefix="syncviz-replay-") as replay_dir:
+            tables = summarize(run_dir, compare=True, replay_dir=replay_dir)
+            RC.put_summary(run_dir, tables, sig)
         return tables.summary
     say = echo or (lambda msg: click.echo(msg, err=True))
     t = time.perf_counter()
