@@ -110,10 +110,13 @@ def test_memory_equal_theory(runs, strategy):
     for r, measured in enumerate(run.meta["memory"]):
         expected = T.memory_per_rank(strategy, sc["param_shapes"], run.world_size, r,
                                      group_numels=sc["group_numels"], param_order=sc["param_order"],
-                                     nvme_gradients=sc["nvme_gradients"])
+                                     nvme_gradients=sc["nvme_gradients"],
+                                     nvme_param_itemsize=sc["nvme_param_itemsize"])
         assert {k: measured[k] for k in keys} == {k: expected[k] for k in keys}, r
     if strategy == "ds-infinity":
-        assert run.meta["memory"][0]["nvme_bytes"] > 0
+        assert run.meta["memory"][0]["nvme_bytes"] > 0 and sc["nvme_param_itemsize"] in (2, 4)
+    else:
+        assert sc["nvme_param_itemsize"] is None
     if strategy == "ds-offload":
         assert run.meta["memory"][0]["host_bytes"] > run.meta["memory"][0]["device_bytes"] > 0
 
@@ -230,6 +233,10 @@ def test_theory_nvme_files_with_and_without_gradient_swaps():
     grads = 393_216 * 4 + 262_400 * 4                                # the odd one cut at 262,400 (a 1 KiB multiple)
     assert T.memory_per_rank("ds-infinity", shapes, 2, 0, nvme_gradients=True)["nvme_bytes"] == before + grads
     assert 262_403 * 4 >= mib
+    # a parameter swapper that counts in 2-byte elements (DeepSpeed's CPU accelerator picks fp16 or
+    # bf16 when the config names no precision): neither partition reaches 1 MiB in it, so no file
+    assert T.memory_per_rank("ds-infinity", shapes, 2, 0, nvme_param_itemsize=2)["nvme_bytes"] == optimizer
+    assert T.memory_per_rank("ds-infinity", shapes, 2, 0, nvme_param_itemsize=4)["nvme_bytes"] == before
     # an optimizer partition under 1 MiB stays in memory, and so do the gradients
     small = {"w": [300, 300]}
     assert T.memory_per_rank("ds-infinity", small, 2, 0, nvme_gradients=True)["nvme_bytes"] == 0

@@ -100,11 +100,14 @@ def textbook_comm_per_step(strategy: str, grad_bytes: float, param_bytes: float)
 
 def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *, itemsize: int = 4,
                     group_numels: Sequence[int] | None = None,
-                    param_order: Sequence[str] | None = None, nvme_gradients: bool = False) -> dict[str, int]:
+                    param_order: Sequence[str] | None = None, nvme_gradients: bool = False,
+                    nvme_param_itemsize: int | None = None) -> dict[str, int]:
     """Bytes held by rank ``rank`` after optimizer step 0, by what and where. ``param_order``:
     the parameters in model order (run.json's shapes are a sorted mapping). ``nvme_gradients``:
     the DeepSpeed that ran swaps each parameter's fp32 gradient partition to NVMe at the
-    accumulation boundary (deepspeed_engine records it: ``nvme_gradients`` in strategy_config)."""
+    accumulation boundary (deepspeed_engine records it: ``nvme_gradients`` in strategy_config).
+    ``nvme_param_itemsize``: the element size DeepSpeed's parameter swapper counts in (recorded as
+    ``nvme_param_itemsize``; None: ``itemsize``, as runs recorded before it)."""
     if param_order:
         shapes = {k: shapes[k] for k in param_order if k in shapes}
     n = world_size
@@ -142,7 +145,9 @@ def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *
             split["nvme"] += 3 * _pad(part * itemsize, AIO_ALIGNED_BYTES)
             out["master_params_bytes"] = out["optimizer_states_bytes"] = out["optimizer_bytes"] = 0
             split["host"] -= master + moments
-        split["nvme"] += sum(_pad(g * itemsize, AIO_ALIGNED_BYTES) for g in shards if g * itemsize >= MIN_AIO_BYTES)
+        # a parameter partition's file: its elements in the swapper's dtype, from 1 MiB in that dtype up
+        pis = nvme_param_itemsize or itemsize
+        split["nvme"] += sum(_pad(g * pis, AIO_ALIGNED_BYTES) for g in shards if g * pis >= MIN_AIO_BYTES)
         if nvme_gradients and part * itemsize >= MIN_AIO_BYTES:
             # DeepSpeed with the deferred boundary path (stage3's _finalize_offload_gradient_accumulation,
             # DeepSpeed PR #8225, in 0.19.8) swaps each parameter's fp32 gradient partition of 1 MiB or

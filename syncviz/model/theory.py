@@ -118,7 +118,7 @@ def textbook_comm_per_step(strategy: str, grad_bytes: float, param_bytes: float)
 
 def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *, itemsize: int = 4,
                     adam_states: int = 2, group_numels=None, param_order=None,
-                    nvme_gradients: bool = False) -> dict[str, int]:
+                    nvme_gradients: bool = False, nvme_param_itemsize: int | None = None) -> dict[str, int]:
     """Bytes a rank holds after an optimizer step, as torch implements ``strategy`` with AdamW in
     fp32: parameters, gradients and optimizer state (two moments per element plus one 4-byte
     ``step`` tensor per parameter). FSDP2 stores each shard padded (dim 0 rounded up to N rows)
@@ -127,7 +127,7 @@ def memory_per_rank(strategy: str, shapes: Shapes, world_size: int, rank: int, *
     if strategy in DS_STRATEGIES:
         return ds_theory.memory_per_rank(strategy, shapes, world_size, rank, itemsize=itemsize,
                                          group_numels=group_numels, param_order=param_order,
-                                         nvme_gradients=nvme_gradients)
+                                         nvme_gradients=nvme_gradients, nvme_param_itemsize=nvme_param_itemsize)
     n = world_size
     elems = sum(_numel(s) for s in shapes.values())
     steps = 4 * len(shapes)

@@ -170,7 +170,8 @@ def memory(meta: dict, world: int, strategy: str) -> dict:
     if strategy in T.ALL_STRATEGIES:
         if shapes:
             sc = meta.get("strategy_config") or {}
-            ds = {k: sc[k] for k in ("group_numels", "param_order", "nvme_gradients") if sc.get(k)}   # DeepSpeed runs
+            ds = {k: sc[k] for k in ("group_numels", "param_order", "nvme_gradients", "nvme_param_itemsize")
+                  if sc.get(k)}   # DeepSpeed runs
             per_rank = [T.memory_per_rank(strategy, shapes, world, r, **ds) for r in range(world)]
             expected = {k: max(p[k] for p in per_rank) for k in per_rank[0]}
         params = (meta.get("model") or {}).get("params")
