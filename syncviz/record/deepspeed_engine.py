@@ -247,10 +247,11 @@ def instrument_engine(rec, engine) -> None:
     # whether this DeepSpeed swaps boundary gradients to NVMe too (ds_theory.memory_per_rank's nvme_gradients)
     config["nvme_gradients"] = hasattr(type(engine.optimizer), "_finalize_offload_gradient_accumulation")
     # the element size DeepSpeed's NVMe parameter swapper counts a partition in (its zero.Init dtype):
-    # it swaps a partition only from 1 MiB *in that dtype* up. It is not the parameters' own: with no
-    # precision in the config, DeepSpeed's CPU accelerator picks fp16 or bf16 (partition_parameters'
-    # _set_dtype), so mini's fp32 embedding partition (1.5 MiB) was swapped on one machine and not on a
-    # CPU with bf16 (2026-11-29, test_memory_equal_theory[ds-infinity] on a fresh CI machine)
+    # it swaps a partition only from 1 MiB *in that dtype* up. It is not always the parameters' own:
+    # Init._set_dtype reads `dtype or torch.float16 if fp16_supported() else torch.bfloat16 if ...`,
+    # which keeps the engine's fp32 only where the CPU accelerator reports fp16 (mkldnn); elsewhere it
+    # is bf16. So mini's 1.5 MiB fp32 embedding partition got a file on one machine and not on one
+    # without fp16 (0.75 MiB in bf16; 2026-11-29, test_memory_equal_theory[ds-infinity] on a CI machine)
     swapper = next((getattr(p, "nvme_swapper", None) for p in module.parameters()
                     if getattr(p, "nvme_swapper", None) is not None), None)
     config["nvme_param_itemsize"] = int(swapper.swap_element_size) if swapper is not None else None
