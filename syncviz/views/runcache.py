@@ -76,7 +76,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     cache, under the dashboard's keys (dashboard/data/loaded.py, PERSISTED): ``facts`` (the step
     index), ``summary`` and ``steps`` (the step table in step order). These are the values the
     dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
-    opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios.
+    opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios,
+    Buckets and Strategies.
     Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
     ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness),
     ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats),
