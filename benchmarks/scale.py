@@ -6,6 +6,7 @@ whole run where it fits and of two steps (``--steps``) at every size.
     python benchmarks/scale.py                          # 1e6 and 1e7 events
     python benchmarks/scale.py --sizes 1e6,1e7,1e8      # 1e8: ~5 GB of trace, minutes
     python benchmarks/scale.py --jobs 2 --whole-max 2e7 --dashboard-max 1.1e7
+    python benchmarks/scale.py --sizes 1e8 --skip-views --kind ddp   # a DDP run: 121 buckets a step
     python benchmarks/scale.py --baseline /tmp/base   # + the partitioned summary of another checkout
                                                       # (e.g. `git archive main | tar -x -C /tmp/base`)
 
@@ -42,6 +43,15 @@ import psutil
 from syncviz.dashboard.data.store import default_max_run_bytes
 
 EVENTS_PER_RANK_STEP = 407          # llama70b-1024 preset (ZeRO-3): 4,167,680 events for 1,024 ranks x 10 steps
+# --kind: which simulated run. zero3 is the llama70b-1024 preset; ddp is the same 70B model under DDP
+# with 700 MiB buckets and no gradient-ready rows (121 buckets a step, nearly every event a bucket row:
+# 125 events a rank-step), the shape whose 10^8-event summary missed the 30 s target (59 s, session 28)
+KINDS = {
+    "zero3": (EVENTS_PER_RANK_STEP, "llama70b", ["--preset", "llama70b-1024"]),
+    "ddp": (125, "ddp70b", ["--model", "llama-70b", "--strategy", "ddp", "--bucket-cap-mb", "700",
+                            "--grad-ready", "none"]),
+}
+KIND = "zero3"                      # set from --kind in main()
 PY = sys.executable
 HERE = Path(__file__).resolve().parent.parent
 
@@ -86,21 +96,21 @@ print(json.dumps({"open_s": t1 - t0, "step_ms": 1e3 * (t2 - t1), "jump_ms": 1e3 
 
 
 def shape(events: float) -> tuple[int, int]:
-    """(ranks, steps) of a llama70b-1024 run with about ``events`` events."""
+    """(ranks, steps) of a run of KIND with about ``events`` events."""
     ranks = 1024 if events >= 4e6 else 256
-    return ranks, max(2, round(events / (ranks * EVENTS_PER_RANK_STEP)))
+    return ranks, max(2, round(events / (ranks * KINDS[KIND][0])))
 
 
 def simulate(root: Path, events: float) -> tuple[Path, int]:
     ranks, steps = shape(events)
-    run = root / f"llama70b-{ranks}x{steps}-b1"
+    run = root / f"{KINDS[KIND][1]}-{ranks}x{steps}-b1"
     if not (run / "run.json").exists():
         shutil.rmtree(run, ignore_errors=True)
         print(f"simulating {ranks} ranks x {steps} steps -> {run}", flush=True)
         # one record batch per step, as `syncviz trace` writes (the simulator's default above 20,000
         # rank-steps packs up to 127 steps in a batch, which a reader of one step must decode whole)
         # SYNCVIZ_RANK_PASS=never: the ranks' own first passes are written (and timed) by ``rank_passes``
-        subprocess.run([PY, "-m", "syncviz", "simulate", "--preset", "llama70b-1024", "--world-size", str(ranks),
+        subprocess.run([PY, "-m", "syncviz", "simulate", *KINDS[KIND][2], "--world-size", str(ranks),
                         "--steps", str(steps), "--steps-per-batch", "1", "--out", str(run)], check=True,
                        stdout=subprocess.DEVNULL, env={**os.environ, "SYNCVIZ_RANK_PASS": "never"})
     import pyarrow as pa
@@ -192,7 +202,11 @@ def main() -> None:
                     help="a checkout of former code (its repository root): its partitioned summary runs beside this one, "
                          "same run, same minute (repeatable)")
     ap.add_argument("--skip-views", action="store_true", help="only the summaries (no dashboard data layer or export)")
+    ap.add_argument("--kind", choices=sorted(KINDS), default="zero3",
+                    help="the simulated run: zero3 (llama70b-1024 preset) or ddp (the same model, 121 buckets a step) [zero3]")
     args = ap.parse_args()
+    global KIND
+    KIND = args.kind
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
