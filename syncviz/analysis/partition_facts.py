@@ -138,15 +138,19 @@ def compare_partial(ev: E.EventArrays, c: dict) -> dict:
         pairs = pd.DataFrame({"calls": np.bincount(codes, minlength=n).astype(np.int64),
                               "bytes": PJ.int_sums(codes, c["bytes"][w], n)}, index=idx)
     b = np.flatnonzero(ev.kind == E.BUCKET)
-    if len(b):
-        first, codes = PJ.group_rows(ev.step[b])
-        n = len(first)
-        buckets = pd.DataFrame({"n": np.bincount(codes, minlength=n).astype(np.int64),
-                                "logical_bytes": PJ.int_sums(codes, ev.logical_bytes[b], n),
-                                "bytes": PJ.int_sums(codes, ev.bytes[b], n)}, index=pd.Index(ev.step[b][first], name="step"))
-    else:
-        buckets = pd.DataFrame({k: pd.Series(dtype=np.int64) for k in ("n", "logical_bytes", "bytes")},
-                               index=pd.Index([], dtype=np.int64, name="step"))
+    buckets = sums_by_step(ev.step[b], {"n": np.ones(len(b), dtype=np.int64), "logical_bytes": ev.logical_bytes[b],
+                                        "bytes": ev.bytes[b]})
     blocked = PL.blocking(ev)
     return {"pairs": pairs, "buckets": buckets, "blocking": set(ev.step[blocked].tolist()),
             "coll_steps": PL.step_metrics_of(ev.take(ev.kind != E.BUCKET))}
+
+
+def sums_by_step(step: np.ndarray, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Exact integer sums of ``columns`` per step (index "step", in step order; no rows: an empty
+    frame of int64 columns): compare_partial's bucket sums of a partition's rows, and of its ranks'
+    own sums when rank_pass combines their kept passes."""
+    if not len(step):
+        return pd.DataFrame({k: pd.Series(dtype=np.int64) for k in columns}, index=pd.Index([], dtype=np.int64, name="step"))
+    first, codes = PJ.group_rows(step)
+    n = len(first)
+    return pd.DataFrame({k: PJ.int_sums(codes, v, n) for k, v in columns.items()}, index=pd.Index(step[first], name="step"))

@@ -38,7 +38,6 @@ import pyarrow as pa
 from syncviz.analysis import keys as K
 from syncviz.analysis import partition_local as PL
 from syncviz.analysis import partition_facts as PF
-from syncviz.analysis import partition_joined as PJ
 from syncviz.codedigest import code_digest
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
@@ -296,15 +295,7 @@ def _compare_of(heads: list[dict], arrays: list[dict]) -> dict:
         idx = pd.MultiIndex.from_arrays([_cat(have, "k_rank"), _cat(have, "k_step"), _cat(have, "k_op").astype(object)],
                                         names=["rank", "step", "op"])
         pairs = pd.DataFrame({"calls": _cat(have, "k_calls"), "bytes": _cat(have, "k_bytes")}, index=idx)
-    step = _cat(arrays, "b_step")
-    if len(step):
-        first, codes = PJ.group_rows(step)
-        n = len(first)
-        buckets = pd.DataFrame({k: PJ.int_sums(codes, _cat(arrays, f"b_{k}"), n) for k in ("n", "logical_bytes", "bytes")},
-                               index=pd.Index(step[first], name="step"))
-    else:
-        buckets = pd.DataFrame({k: pd.Series(dtype=np.int64) for k in ("n", "logical_bytes", "bytes")},
-                               index=pd.Index([], dtype=np.int64, name="step"))
+    buckets = PF.sums_by_step(_cat(arrays, "b_step"), {k: _cat(arrays, f"b_{k}") for k in ("n", "logical_bytes", "bytes")})
     columns = heads[0]["compare"]["steps"]
     frames = [pd.DataFrame({k: z[f"m_{k}"] for k in h["compare"]["steps"]}) for h, z in zip(heads, arrays)]
     rows = [f for f in frames if len(f)]

@@ -114,6 +114,16 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     return all(kept) and cache.put("facts", tables.facts)
 
 
+def summarize_to_keep(run_dir: str | os.PathLike, replay_dir: str, **opts):
+    """analysis.partitioned.summarize with what put_summary keeps for the views besides the report:
+    the Replay's tables (written under ``replay_dir``, which must outlive put_summary) and what
+    ``syncviz compare`` shows (the Strategies page; from the ranks' kept passes it costs ~nothing,
+    README "Big runs"). `syncviz summary` and `syncviz trace` (a run too big to read whole) both
+    summarize through here, so what a kept summary holds is decided in one place."""
+    from syncviz.analysis.partitioned import summarize
+    return summarize(run_dir, compare=True, replay_dir=replay_dir, **opts)
+
+
 REPLAY_KEYS = ("joined", "step_origin", "step_lateness")
 REPORT_KEY = "report"
 REPORT_TABLES = ("step_table", "bucket_table", "collective_table", "offload")

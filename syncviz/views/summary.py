@@ -16,7 +16,7 @@ from rich.table import Table
 
 from syncviz import analysis as A
 from syncviz.analysis import jsonrows
-from syncviz.analysis.partitioned import SummaryTables, summarize
+from syncviz.analysis.partitioned import SummaryTables
 from syncviz.trace import Run, load_run, warn_problems
 from syncviz.views import runcache as RC
 
@@ -231,18 +231,15 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
                 if as_json else None
             # what the dashboard's Replay keeps of every rank (moved into the run's cache by put_summary)
             replay_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-replay-", dir=scratch))
-            # compare=True: what `syncviz compare` and the dashboard's Strategies page need too (from the
-            # ranks' kept passes it costs ~nothing; see README "Big runs")
-            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir, replay_dir=replay_dir,
-                        compare=True)
+            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir)
             if dask_address is None:
-                tables = summarize(run, **opts)
+                tables = RC.summarize_to_keep(run, replay_dir, **opts)
             else:
                 from syncviz.analysis.cluster import ClusterError, dask_executor
                 try:
                     with dask_executor(dask_address, jobs) as (executor, where):
                         progress(f"on {where}")
-                        tables = summarize(run, executor=executor, **opts)
+                        tables = RC.summarize_to_keep(run, replay_dir, executor=executor, **opts)
                 except ClusterError as e:
                     raise click.UsageError(str(e)) from None
             if as_json:

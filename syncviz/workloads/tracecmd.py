@@ -63,10 +63,8 @@ def analyse_for_views(run_dir: Path, echo=None) -> dict:
     sig = RC.signature(run_dir)
     size = sum(n for name, n, _ in sig if name.startswith("rank-"))
     if size > default_max_run_bytes():   # the dashboard opens it from what the partitioned summary keeps
-        from syncviz.analysis.partitioned import summarize
-        # as `syncviz summary` keeps it (views/summary.py): the Replay's tables and compare's numbers too
-        with tempfile.TemporaryDirectory(prefix="syncviz-replay-") as replay_dir:
-            tables = summarize(run_dir, compare=True, replay_dir=replay_dir)
+        with tempfile.TemporaryDirectory(prefix="syncviz-replay-") as replay_dir:   # as `syncviz summary` keeps it
+            tables = RC.summarize_to_keep(run_dir, replay_dir)
             RC.put_summary(run_dir, tables, sig)
         return tables.summary
     say = echo or (lambda msg: click.echo(msg, err=True))
