@@ -49,7 +49,7 @@ WATCH_JS = """
 window.__drawn = {};
 window.__shown = {};
 setInterval(function () {
-  var gd = document.querySelector('#replay-timeline .js-plotly-plot');
+  var gd = document.querySelector('.timeline.front .js-plotly-plot');
   if (!gd || !gd._fullLayout || !gd.layout || !gd.layout.meta || !gd.data || !gd.data.length) return;
   var s = gd.layout.meta.step;
   if (s in window.__shown) return;
@@ -380,7 +380,7 @@ def main(argv=None) -> int:
             draws = [c for c in driver.execute_script("return window.__calls;")
                      if c["t0"] >= t0 and "replay-timeline.figure" in c["out"] and c["t1"] is not None]
             source = driver.execute_script(
-                "return document.querySelector('#replay-timeline .js-plotly-plot').layout.meta.source;")
+                "return document.querySelector('.timeline.front .js-plotly-plot').layout.meta.source;")
             moves.append(("→" if key == Keys.ARROW_RIGHT else "PgUp",
                           max((c["server"] for c in draws if c["server"] is not None), default=None), drawn - t0,
                           max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0))

@@ -511,9 +511,10 @@ def test_draw_reports_errors_as_cards(app):
     for name in ("dash_corrupt_json", "dash_bad_stream", "../../etc"):
         fig, late, style, info, error, drawn = replay.render(name, 0, "auto")
         assert error is not None and "error-card" in error.className and fig["data"] == []
-    fig, *_, error, drawn = replay.draw(["synth8", 3, "auto", 1234])
+    fig, _, _, _, error, drawn, *front = replay.draw(["synth8", 3, "auto", 1234])
     assert error is None and fig["layout"]["meta"]["step"] == 3 and drawn == ["synth8", 3, "auto"]
-    assert replay.draw(None) == (replay.dash.no_update,) * 6
+    assert fig["layout"]["meta"]["key"] == drawn and front == ["timeline front", "timeline back"]   # brought to the front
+    assert replay.draw(None) == (replay.dash.no_update,) * 8
 
 
 def test_a_step_asked_for_while_it_is_being_drawn_is_drawn_once(app, monkeypatch):
@@ -641,7 +642,7 @@ def test_a_copy_of_a_run_traced_again_since_is_drawn_again(app, store, root):
         write_synth_run(run_dir, world=4, steps=4, n_buckets=3)           # traced again, 4 ranks now
         again, want = replay.draw_ahead(copy, 3)
         assert again is replay.dash.no_update and want[:3] == ["again", 1, "auto"]
-        fig, *_, drawn = replay.draw(want)
+        fig, *_, drawn, _, _ = replay.draw(want)
         ticks = [t for t in fig["layout"]["meta"]["rows"] if t.endswith("compute")]
         assert len(ticks) == 4 and len(drawn) == 3       # the new run, drawn by the server
         # drawn by the server, not a copy: nothing to check again
@@ -659,9 +660,10 @@ def test_missing_step_is_clamped(app):
 
 def test_pick_run_and_live_callbacks(app, store, tmp_path):
     from syncviz.dashboard.pages import replay
-    first, last, marks, value, run, badge, live_off, fig, *_, error, drawn = replay.pick_run("synth8")
+    first, last, marks, value, run, badge, live_off, fig, *_, error, drawn, front, back = replay.pick_run("synth8")
     assert (first, last, value, run, live_off) == (0, 11, 1, "synth8", True) and marks["11"] == "11"  # after warm-up
     assert fig["layout"]["meta"]["step"] == 1 and error is None and drawn == ["synth8", 1, "auto"]
+    assert (front, back) == replay.FRONT        # drawn in replay-timeline, brought to the front
     out = replay.pick_run("dash_corrupt_json")
     assert out[3:5] == (0, "dash_corrupt_json") and "corrupt JSON" in str(out[11].children)
     out = replay.follow_live(1, "synth8", 4, 11, ["follow"])
@@ -725,9 +727,15 @@ FIGURE_OUTPUTS = ["replay-timeline.figure", "replay-lateness.figure", "replay-la
 
 def post_draw(client, run, step):
     """The replay's draw callback as the browser calls it; the run name travels in its input, so a
-    crafted client can put anything there."""
-    body = {"output": ".." + "...".join(FIGURE_OUTPUTS) + "..",
-            "outputs": [dict(zip(("id", "property"), o.split("."))) for o in FIGURE_OUTPUTS],
+    crafted client can put anything there. Its outputs: FIGURE_OUTPUTS and the timelines' boxes'
+    classNames (those with allow_duplicate's suffix, as the browser names them)."""
+    output = next(c["output"] for c in client.get("/_dash-dependencies").get_json()
+                  if [i["id"] for i in c["inputs"]] == ["replay-want"] and c["output"].startswith(".." + FIGURE_OUTPUTS[0]))
+    outputs = output.strip(".").split("...")
+    assert [o.split("@")[0] for o in outputs] == FIGURE_OUTPUTS + ["replay-timeline-box.className",
+                                                                   "replay-next-box.className"]
+    body = {"output": output,
+            "outputs": [dict(zip(("id", "property"), o.split("."))) for o in outputs],
             "inputs": [{"id": "replay-want", "property": "data", "value": [run, step, "auto", 1]}],
             "changedPropIds": ["replay-want.data"]}
     r = client.post("/_dash-update-component", json=body)

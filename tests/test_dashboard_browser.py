@@ -22,8 +22,10 @@ def server(tmp_path_factory):
         yield base, root
 
 
+# The Replay's timeline on screen: of its two stacked timelines, the one in front (pages/replay.py)
+TIMELINE = ".timeline.front"
 GRAPH_STATE = """
-var gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+var gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
 if (!gd || !gd._fullLayout || !gd.data) return null;
 return {meta: gd._fullLayout.meta || null, traces: gd.data.map(t => [t.name, t.type, (t.y || t.z || []).length]),
         ticks: (gd._fullLayout.yaxis || {}).ticktext || null, title: ((gd._fullLayout.title || {}).text) || ''};
@@ -31,7 +33,7 @@ return {meta: gd._fullLayout.meta || null, traces: gd.data.map(t => [t.name, t.t
 
 
 def graph(driver, gid):
-    return driver.execute_script(GRAPH_STATE, gid)
+    return driver.execute_script(GRAPH_STATE, TIMELINE if gid == "replay-timeline" else "#" + gid)
 
 
 def wait_for(fn, what, timeout=WAIT_S, driver=None):
@@ -41,6 +43,15 @@ def wait_for(fn, what, timeout=WAIT_S, driver=None):
         def state():
             return f"page: {text(driver, '#replay-error, #replay-status')!r}, graph: {graph(driver, 'replay-timeline')}"
     return _wait_for(fn, what, timeout, state=state)
+
+
+# The Replay's two stacked timelines: [box id, front or back, step drawn]
+STACK_JS = """
+return Array.from(document.querySelectorAll('.timeline-stage > .timeline')).map(function (b) {
+  var gd = b.querySelector('.js-plotly-plot');
+  return [b.id, b.classList.contains('front') ? 'front' : 'back', ((gd && gd.layout && gd.layout.meta) || {}).step];
+});
+"""
 
 
 def shown_step(driver):
@@ -89,6 +100,7 @@ def test_replay_play_pause_and_slider(server, browser):
     wait_for(lambda: ahead_done(browser, 1), "step 2 drawn ahead")
     time.sleep(0.3)                      # its response applied to the page's store
     cards_before = text(browser, "#replay-info")
+    front_before = next(b for b, side, _ in browser.execute_script(STACK_JS) if side == "front")
     browser.execute_script("window.__calls.length = 0;")
     thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
     thumb.send_keys(Keys.ARROW_RIGHT)
@@ -99,6 +111,19 @@ def test_replay_play_pause_and_slider(server, browser):
     assert not [o for o in outputs if "replay-timeline.figure" in o], outputs     # no draw asked of the server
     assert text(browser, "#replay-info") and text(browser, "#replay-info") != cards_before   # step 2's cards
     browser.save_screenshot(str(SHOTS / "replay-step-drawn-ahead.png"))
+    # The copy was painted in the timeline behind and brought to the front: the timelines took turns,
+    # and the one behind now holds step 3. A zoom on the one in front goes with the step to the next.
+    stack = {side: (box, step) for box, side, step in browser.execute_script(STACK_JS)}
+    assert stack["front"] == ("replay-next-box" if front_before == "replay-timeline-box" else "replay-timeline-box", 2)
+    wait_for(lambda: {side: step for _, side, step in browser.execute_script(STACK_JS)}["back"] == 3,
+             "step 3 drawn behind")
+    browser.execute_script("Plotly.relayout(document.querySelector(arguments[0] + ' .js-plotly-plot'), "
+                           "{'xaxis.range': [10, 20]});", TIMELINE)
+    browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").send_keys(Keys.ARROW_RIGHT)
+    wait_for(lambda: shown_step(browser) == 3, "slider to step 3")
+    assert next(b for b, side, _ in browser.execute_script(STACK_JS) if side == "front") == stack["back"][0]
+    assert browser.execute_script("return document.querySelector(arguments[0] + ' .js-plotly-plot')._fullLayout"
+                                  ".xaxis.range;", TIMELINE) == [10, 20]
     # a jump has no copy: the server draws it
     browser.execute_script("window.__calls.length = 0;")
     thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
@@ -184,13 +209,13 @@ def test_hover_shows_bucket_details(server, browser):
     base, _ = server
     browser.get(f"{base}/replay?run=ddp")
     wait_for(lambda: shown_step(browser) == 1, "ddp drawn")
-    gd = browser.find_element(By.CSS_SELECTOR, "#replay-timeline .js-plotly-plot")
+    gd = browser.find_element(By.CSS_SELECTOR, ".timeline.front .js-plotly-plot")
     # the middle of rank 0's bucket 0 bar ([16, 26] ms on row 1, "rank 0 · comm"), in page pixels
     x, y, w, h = browser.execute_script("""
         var gd = arguments[0], L = gd._fullLayout, r = gd.getBoundingClientRect();
         return [L._size.l + L.xaxis.l2p(21), L._size.t + L.yaxis.l2p(1), r.width, r.height];""", gd)
     ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(y - h / 2)).perform()
-    hover = wait_for(lambda: text(browser, "#replay-timeline .hoverlayer"), "hover label", timeout=10)
+    hover = wait_for(lambda: text(browser, ".timeline.front .hoverlayer"), "hover label", timeout=10)
     assert "bucket 0" in hover and "busbw" in hover and "fc2.weight" in hover and "4.00 MB" in hover
     assert "start 16.000 ms · end 26.000 ms · duration 10.000 ms" in hover and "+" not in hover
 
@@ -278,7 +303,7 @@ def test_live_run_shows_new_steps(server, browser):
 # share time on a row (compute, and the whole span of each collective); a figure without roles
 # (as drawn before this check existed) counts every bar but the exposed overlay.
 FIGURE_BARS = """
-var gd = document.querySelector('#replay-timeline .js-plotly-plot');
+var gd = document.querySelector('.timeline.front .js-plotly-plot');
 if (!gd || !gd.data || !gd.data.length) return null;
 var out = [];
 gd.data.forEach(function (t) {
@@ -317,13 +342,13 @@ def test_replay_no_bar_hides_another(server, browser):
     assert len(gathers) == 3 and len({b[1] for b in gathers[1:]}) == 2      # two backward AGs, two rows
     browser.save_screenshot(str(SHOTS / "replay-zero3.png"))
     _, y, s, e = next(b for b in gathers if b[2] >= 25 - 1e-6 and b[2] <= 25 + 1e-6)
-    gd = browser.find_element(By.CSS_SELECTOR, "#replay-timeline .js-plotly-plot")
+    gd = browser.find_element(By.CSS_SELECTOR, ".timeline.front .js-plotly-plot")
     x, yy, w, h = browser.execute_script("""
         var gd = arguments[0], L = gd._fullLayout, r = gd.getBoundingClientRect();
         return [L._size.l + L.xaxis.l2p(arguments[1]), L._size.t + L.yaxis.l2p(arguments[2]), r.width, r.height];""",
         gd, (s + e) / 2, y)
     ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(yy - h / 2)).perform()
-    hover = wait_for(lambda: text(browser, "#replay-timeline .hoverlayer"), "hover label", timeout=10)
+    hover = wait_for(lambda: text(browser, ".timeline.front .hoverlayer"), "hover label", timeout=10)
     assert "all_gather" in hover and "start 25.000 ms · end 30.000 ms · duration 5.000 ms" in hover, hover
 
 

@@ -38,7 +38,13 @@ def layout(**_query):
         ], className="controls"),
         html.Div(id="replay-error"),
         html.Div(id="replay-info", className="cards"),
-        C.graph("replay-timeline", figure=TL.empty_figure("loading…")),
+        # Two timelines stacked in one place (double buffering): the one in front is on screen; the
+        # one behind holds the step drawn ahead, painted while this one is looked at, so → brings it
+        # to the front with no redraw (see the step callback below for why).
+        html.Div([html.Div(C.graph("replay-timeline", figure=TL.empty_figure("loading…")), id="replay-timeline-box",
+                           className=FRONT[0]),
+                  html.Div(C.graph("replay-next", figure=TL.empty_figure("")), id="replay-next-box", className=FRONT[1])],
+                 className="timeline-stage"),
         html.Div(C.graph("replay-lateness", figure=TL.empty_figure("")), id="replay-lateness-box"),
         dcc.Store(id="replay-run"),     # the run whose steps the slider holds (set with them)
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
@@ -58,6 +64,10 @@ def slider_marks(first: int, last: int) -> dict:
     return {str(s): str(s) for s in range(first, last + 1, every)} | {str(last): str(last)}
 
 
+# classNames of the boxes of (replay-timeline, replay-next) when replay-timeline is in front; swapped
+# when it is behind (a box, as dcc.Graph keeps the className it was made with)
+FRONT = ("timeline front", "timeline back")
+FRONT_OUTPUTS = [("replay-timeline-box", "className"), ("replay-next-box", "className")]
 FIGURE_OUTPUTS = [("replay-timeline", "figure"), ("replay-lateness", "figure"), ("replay-lateness-box", "style"),
                   ("replay-info", "children"), ("replay-error", "children"), ("replay-drawn", "data")]
 
@@ -65,7 +75,7 @@ FIGURE_OUTPUTS = [("replay-timeline", "figure"), ("replay-lateness", "figure"), 
 @dash.callback(Output("replay-step", "min"), Output("replay-step", "max"), Output("replay-step", "marks"),
                Output("replay-step", "value"), Output("replay-run", "data"), Output("replay-status", "children"),
                Output("replay-live", "disabled"),
-               *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS],
+               *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS + FRONT_OUTPUTS],
                Input("run-picker", "value"), State("replay-lanes", "value"), State("replay-follow", "value"),
                prevent_initial_call="initial_duplicate")
 def pick_run(name, mode="auto", follow=()):
@@ -77,11 +87,11 @@ def pick_run(name, mode="auto", follow=()):
         C.problem_text(e)
         run = None
     if run is None:
-        return (0, 0, None, 0, name, "", True, *render(name, 0, mode))
+        return (0, 0, None, 0, name, "", True, *render(name, 0, mode), *FRONT)
     first, last = run.first_step, run.last_step
     start = last if run.recording and follow and "follow" in follow else run.start_step
     return (first, last, slider_marks(first, last), start, name,
-            C.status_badge(run.recording, run.problems), not run.recording, *render(name, start, mode))
+            C.status_badge(run.recording, run.problems), not run.recording, *render(name, start, mode), *FRONT)
 
 
 @dash.callback(Output("replay-step", "max", allow_duplicate=True), Output("replay-step", "marks", allow_duplicate=True),
@@ -207,42 +217,85 @@ def _render(name, step, mode) -> tuple:
     except Exception as e:
         return (TL.empty_figure("nothing to draw"), TL.empty_figure(""), {"display": "none"}, [],
                 C.error_card(C.problem_text(e)), drawn)
+    fig["layout"]["meta"]["key"] = drawn      # what was asked for: the page matches its copies by it
     return fig, late, {} if show_late else {"display": "none"}, info, None, drawn
 
 
 # A step change, in the browser first: the step after the one on screen is drawn ahead (draw_ahead,
-# while this one is looked at) and kept in the page, so a move one step on (→, Play) is drawn from
-# that copy with no round trip; any other move asks the server (draw). Why: the server's draw of a
-# 1,024-rank step is ~110 ms and its response arrives ~150 ms after the key press, about a third of
-# the ~420 ms until the browser has drawn it (benchmarks/dashboard.py, README "Big runs").
+# while this one is looked at) and kept in the page, painted in the timeline behind the one on
+# screen (show_ahead); a move one step on (→, Play) brings that timeline to the front, with no round
+# trip and no redraw. Any other move asks the server (draw), whose figure goes to replay-timeline,
+# which it brings to the front. Why both: the server's draw of a 1,024-rank step is ~110 ms and its
+# response arrives ~150 ms after the key press, about a third of the ~420 ms until the browser had
+# drawn it (session 25), so the copy came first; from the copy, Plotly still took ~80 ms to be
+# handed the figure and software WebGL ~150 ms to paint it, 230-250 ms in all (session 28,
+# benchmarks/dashboard.py, README "Big runs"); the copy painted behind is shown in one frame.
 dash.clientside_callback(
     """
-    function(step, mode, name, drawn, ahead) {
+    function(step, mode, name, drawn, ahead, figA, figB, classA) {
         const no = dash_clientside.no_update;
         const key = [name, step, mode];
         const same = (a, b) => Array.isArray(a) && a.length >= 3 && [0, 1, 2].every(i => a[i] === b[i]);
-        if (same(drawn, key)) { return [no, no, no, no, no, no, no]; }   // pick_run drew it already
-        if (ahead && same(ahead.key, key)) {
-            return ahead.out.map((v, i) => ahead.skip.includes(i) ? no : v).concat([no]);
+        if (same(drawn, key)) { return [no, no, no, no, no, no, no, no, no]; }   // pick_run drew it already
+        if (!(ahead && same(ahead.key, key))) { return [no, no, no, no, no, no, key.concat([Date.now()]), no, no]; }
+        const out = ahead.out.map((v, i) => ahead.skip.includes(i) ? no : v);
+        const aInFront = String(classA || "").indexOf("front") >= 0;
+        const back = aInFront ? figB : figA;
+        const meta = back && back.layout && back.layout.meta;
+        if (!(meta && same(meta.key, key))) {      // not painted behind (yet): drawn from the copy, in front
+            return out.concat([no, "timeline front", "timeline back"]);
         }
-        return [no, no, no, no, no, no, key.concat([Date.now()])];
+        // Behind, at the zoom of the one in front (uirevision keeps a zoom within one graph only)
+        const gd = id => document.querySelector("#" + id + " .js-plotly-plot");
+        const front = gd(aInFront ? "replay-timeline" : "replay-next"), behind = gd(aInFront ? "replay-next" : "replay-timeline");
+        if (front && behind && front.layout && behind.layout) {
+            const view = {};
+            ["xaxis", "yaxis"].forEach(ax => {
+                const f = front.layout[ax] || {}, b = behind.layout[ax] || {};
+                if (JSON.stringify([f.range, f.autorange]) !== JSON.stringify([b.range, b.autorange])) {
+                    view[ax + ".range"] = f.range; view[ax + ".autorange"] = f.autorange;
+                }
+            });
+            if (Object.keys(view).length) { Plotly.relayout(behind, view); }
+        }
+        out[0] = no;
+        return out.concat([no], aInFront ? ["timeline back", "timeline front"] : ["timeline front", "timeline back"]);
     }
     """,
     *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS], Output("replay-want", "data"),
+    *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
     Input("replay-step", "value"), Input("replay-lanes", "value"),
     State("replay-run", "data"), State("replay-drawn", "data"), State("replay-ahead", "data"),
+    State("replay-timeline", "figure"), State("replay-next", "figure"), State("replay-timeline-box", "className"),
+    prevent_initial_call=True,
+)
+
+# The step drawn ahead, into the timeline behind the one on screen, where the browser paints it
+# while the step on screen is looked at.
+dash.clientside_callback(
+    """
+    function(ahead, classA) {
+        const no = dash_clientside.no_update;
+        if (!ahead || !ahead.out || ahead.skip.includes(0)) { return [no, no]; }
+        return String(classA || "").indexOf("front") >= 0 ? [no, ahead.out[0]] : [ahead.out[0], no];
+    }
+    """,
+    Output("replay-timeline", "figure", allow_duplicate=True), Output("replay-next", "figure"),
+    Input("replay-ahead", "data"), State("replay-timeline-box", "className"),
     prevent_initial_call=True,
 )
 
 
-@dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS], Input("replay-want", "data"), prevent_initial_call=True)
+@dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS], *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
+               Input("replay-want", "data"), prevent_initial_call=True)
 def draw(want):
     """The slider moved (or play, or Live, or the lane mode changed) to a step the page has no copy
-    of: draw it. ``want``: [run, step, lane mode, nonce] (the nonce makes a repeated ask a change)."""
+    of: draw it, in replay-timeline, brought to the front. ``want``: [run, step, lane mode, nonce]
+    (the nonce makes a repeated ask a change)."""
     if not isinstance(want, list) or len(want) < 3:
-        return (dash.no_update,) * len(FIGURE_OUTPUTS)
+        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS))
     name, step, mode = want[:3]
-    return render(name, step, mode)
+    return (*render(name, step, mode), *FRONT)
 
 
 def files_version(sig: tuple) -> str:
