@@ -37,10 +37,11 @@ CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
                 "--disable-component-update", "--no-first-run", "--enable-unsafe-swiftshader",
                 "--window-size=1500,1000"]
 
-# Injected before any page script: records performance.now() when the timeline holds a given step
-# (__shown: Plotly has been handed it) and when the browser has painted it (__drawn: the first task
-# after the next animation frame, whose style, layout and paint run on the page's thread before
-# it). Why both: the timeline of 4 ranks of a 1,024-rank ZeRO-3 step is ~11,000 WebGL line points,
+# Injected before any page script: records performance.now() when the timeline in front (of the
+# Replay's two stacked timelines, pages/replay.py) holds a given step (__shown: Plotly has been
+# handed it, or the timeline behind that holds it was brought to the front) and when the browser
+# has painted it (__drawn: the first task after the next animation frame, whose style, layout and
+# paint run on the page's thread before it). Why both: the timeline of 4 ranks of a 1,024-rank ZeRO-3 step is ~11,000 WebGL line points,
 # and headless Chromium paints them in software (no GPU) in ~80-125 ms after Plotly returns
 # (2026-11-29, benchmarks/scale.py's 10^8 run). Until then "drawn" was __shown, which a step from
 # the page's copy reaches before that paint and a step from the server after it (the draw-ahead
@@ -414,16 +415,23 @@ def main(argv=None) -> int:
               f"{statistics.median(m[6] for m in served):.0f} ms (the rest is the browser painting it)")
     if kept:
         print(f"  drawn from the page's copy, drawn ahead ({len(kept)}): key press -> drawn in the browser median "
-              f"{statistics.median(m[2] for m in kept):.0f} ms painted, max {max(m[2] for m in kept):.0f} ms (no round trip); "
+              f"{statistics.median(m[2] for m in kept):.0f} ms painted, max {max(m[2] for m in kept):.0f} ms (no round trip: the "
+              f"copy was painted in the timeline behind and is brought to the front); "
               f"until Plotly had it: median {statistics.median(m[6] for m in kept):.0f} ms")
-    print(f"  key press -> painted, every move: median {statistics.median(m[2] for m in moves):.0f} ms "
-          f"(target <= {SLIDER_TARGET_MS:.0f} ms: {'PASS' if statistics.median(m[2] for m in moves) <= SLIDER_TARGET_MS else 'FAIL'})")
+    # Judged per path, not over every move: with as many copies as jumps, the median of all moves
+    # is the mean of the slowest copy and the fastest jump, which says nothing of either.
+    paths = [(label, [m[2] for m in group]) for label, group in (("one step on, from the copy", kept),
+                                                                  ("drawn by the server", served)) if group]
+    print("  key press -> painted, median per path (target <= %.0f ms): " % SLIDER_TARGET_MS + "; ".join(
+        f"{label} {statistics.median(ms):.0f} ms {'PASS' if statistics.median(ms) <= SLIDER_TARGET_MS else 'FAIL'}"
+        for label, ms in paths))
+    ok_painted = all(statistics.median(ms) <= SLIDER_TARGET_MS for _, ms in paths)
     print("  each move (key: server ms / painted ms, source): " + ", ".join(
         f"{k}: {'copy' if c else f'{ms:.0f}'}/{b:.0f} "
         f"({'block' if src.startswith('block') else 'kept' if src.startswith('kept') else 'alone'})"
         for k, ms, b, _, src, c, _ in moves))
     # Exit status reflects the targets only with --strict: on a shared machine they measure the load too.
-    return 0 if (ok_open and ok_slider) or not args.strict else 1
+    return 0 if (ok_open and ok_slider and ok_painted) or not args.strict else 1
 
 
 if __name__ == "__main__":
