@@ -245,15 +245,21 @@ dash.clientside_callback(
         if (!(meta && same(meta.key, key))) {      // not painted behind (yet): drawn from the copy, in front
             return out.concat([no, "timeline front", "timeline back"]);
         }
-        // Behind, at the zoom of the one in front (uirevision keeps a zoom within one graph only)
+        // Behind, at the zoom of the one in front (uirevision keeps a zoom within one graph only):
+        // a range set on the front (a zoom, or the run's fixed time axis) is copied where it differs,
+        // an autorange (not zoomed) only where the one behind is zoomed. A relayout redraws the one
+        // behind (~200 ms painted at 1,024 ranks), so only when they differ: comparing autoranged
+        // ranges too redrew it on every other step (the steps' row counts differ).
         const gd = id => document.querySelector("#" + id + " .js-plotly-plot");
         const front = gd(aInFront ? "replay-timeline" : "replay-next"), behind = gd(aInFront ? "replay-next" : "replay-timeline");
         if (front && behind && front.layout && behind.layout) {
             const view = {};
             ["xaxis", "yaxis"].forEach(ax => {
                 const f = front.layout[ax] || {}, b = behind.layout[ax] || {};
-                if (JSON.stringify([f.range, f.autorange]) !== JSON.stringify([b.range, b.autorange])) {
-                    view[ax + ".range"] = f.range; view[ax + ".autorange"] = f.autorange;
+                if (f.autorange) {
+                    if (!b.autorange) { view[ax + ".autorange"] = f.autorange; }
+                } else if (b.autorange || JSON.stringify(f.range) !== JSON.stringify(b.range)) {
+                    view[ax + ".range"] = f.range; view[ax + ".autorange"] = false;
                 }
             });
             if (Object.keys(view).length) { Plotly.relayout(behind, view); }
