@@ -41,9 +41,9 @@ CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
 # Replay's two stacked timelines, pages/replay.py) holds a given step (__shown: Plotly has been
 # handed it, or the timeline behind that holds it was brought to the front) and when the browser
 # has painted it (__drawn: the first task after the next animation frame, whose style, layout and
-# paint run on the page's thread before it). Why both: the timeline of 4 ranks of a 1,024-rank ZeRO-3 step is ~11,000 WebGL line points,
-# and headless Chromium paints them in software (no GPU) in ~80-125 ms after Plotly returns
-# (2026-11-29, benchmarks/scale.py's 10^8 run). Until then "drawn" was __shown, which a step from
+# paint run on the page's thread before it). Why both: the timeline of 4 ranks of a 1,024-rank
+# ZeRO-3 step is ~11,000 WebGL line points, and headless Chromium paints them in software (no GPU)
+# in ~80-125 ms after Plotly returns (2026-11-29, benchmarks/scale.py's 10^8 run). Until then "drawn" was __shown, which a step from
 # the page's copy reaches before that paint and a step from the server after it (the draw-ahead
 # request's task runs first), so the two read 89 and 289 ms for ~190 and ~290 ms painted.
 WATCH_JS = """
@@ -282,10 +282,10 @@ def first_open_pages(root: Path, pages=PAGES, timeout: float = 300.0, cached: bo
 
 
 def move_slider(driver, key) -> tuple[float, float]:
-    from selenium.webdriver.common.by import By
     """Press ``key`` on the slider; returns (when the page received the key press, how long after
     the harness asked for it): moves are timed from the page's keydown (WATCH_JS), as a person's
     key press reaches the page at once and selenium's goes through chromedriver first."""
+    from selenium.webdriver.common.by import By
     thumb = driver.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
     t, n = driver.execute_script("return [performance.now(), window.__keys.length];")
     thumb.send_keys(key)

@@ -223,7 +223,7 @@ def _render(name, step, mode) -> tuple:
 
 # A step change, in the browser first: the step after the one on screen is drawn ahead (draw_ahead,
 # while this one is looked at) and kept in the page, painted in the timeline behind the one on
-# screen (show_ahead); a move one step on (→, Play) brings that timeline to the front, with no round
+# screen (the second callback below); a move one step on (→, Play) brings that timeline to the front, with no round
 # trip and no redraw. Any other move asks the server (draw), whose figure goes to replay-timeline,
 # which it brings to the front. Why both: the server's draw of a 1,024-rank step is ~110 ms and its
 # response arrives ~150 ms after the key press, about a third of the ~420 ms until the browser had
