@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from syncviz import analysis as A
 from syncviz.analysis import distributed as D
+from syncviz.analysis.tables import BUCKET_DISTRIBUTIONS
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
 from syncviz import trace as T
@@ -285,8 +286,7 @@ class LoadedRun:
         instead of the rows themselves (1M rows: 1.3 s to read back and summarize, measured)."""
         def build():
             bm = self.bucket_table()
-            return (A.quantiles(bm, "bucket", "duration_ns"), A.quantiles(bm, "bucket", "busbw_gbps"),
-                    A.quantiles(bm, "bucket", "launch_delay_ns"), pd.DataFrame({"rows": [len(bm)]}))
+            return (*(A.quantiles(bm, "bucket", c) for c in BUCKET_DISTRIBUTIONS), pd.DataFrame({"rows": [len(bm)]}))
         dur, bw, delay, n = self._cached("bucket_stats", build)
         return dur, bw, delay, int(n["rows"].iloc[0])
 

@@ -5,6 +5,7 @@ and a client-side play/pause that advances the slider without a server round tri
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import Future
@@ -233,17 +234,17 @@ def _render(name, step, mode) -> tuple:
 dash.clientside_callback(
     """
     function(step, mode, name, drawn, ahead, figA, figB, classA) {
-        const no = dash_clientside.no_update;
+        const no = dash_clientside.no_update, FRONT = __FRONT__;
         const key = [name, step, mode];
         const same = (a, b) => Array.isArray(a) && a.length >= 3 && [0, 1, 2].every(i => a[i] === b[i]);
         if (same(drawn, key)) { return [no, no, no, no, no, no, no, no, no]; }   // pick_run drew it already
         if (!(ahead && same(ahead.key, key))) { return [no, no, no, no, no, no, key.concat([Date.now()]), no, no]; }
         const out = ahead.out.map((v, i) => ahead.skip.includes(i) ? no : v);
-        const aInFront = String(classA || "").indexOf("front") >= 0;
+        const aInFront = classA === FRONT[0];
         const back = aInFront ? figB : figA;
         const meta = back && back.layout && back.layout.meta;
         if (!(meta && same(meta.key, key))) {      // not painted behind (yet): drawn from the copy, in front
-            return out.concat([no, "timeline front", "timeline back"]);
+            return out.concat([no, FRONT[0], FRONT[1]]);
         }
         // Behind, at the zoom of the one in front (uirevision keeps a zoom within one graph only):
         // a range set on the front (a zoom, or the run's fixed time axis) is copied where it differs,
@@ -265,9 +266,9 @@ dash.clientside_callback(
             if (Object.keys(view).length) { Plotly.relayout(behind, view); }
         }
         out[0] = no;
-        return out.concat([no], aInFront ? ["timeline back", "timeline front"] : ["timeline front", "timeline back"]);
+        return out.concat([no], aInFront ? [FRONT[1], FRONT[0]] : [FRONT[0], FRONT[1]]);
     }
-    """,
+    """.replace("__FRONT__", json.dumps(FRONT)),
     *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS], Output("replay-want", "data"),
     *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
     Input("replay-step", "value"), Input("replay-lanes", "value"),
@@ -283,9 +284,9 @@ dash.clientside_callback(
     function(ahead, classA) {
         const no = dash_clientside.no_update;
         if (!ahead || !ahead.out || ahead.skip.includes(0)) { return [no, no]; }
-        return String(classA || "").indexOf("front") >= 0 ? [no, ahead.out[0]] : [ahead.out[0], no];
+        return classA === __FRONT_A__ ? [no, ahead.out[0]] : [ahead.out[0], no];
     }
-    """,
+    """.replace("__FRONT_A__", json.dumps(FRONT[0])),
     Output("replay-timeline", "figure", allow_duplicate=True), Output("replay-next", "figure"),
     Input("replay-ahead", "data"), State("replay-timeline-box", "className"),
     prevent_initial_call=True,

@@ -12,9 +12,9 @@ from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.metrics import _ms
+from syncviz.analysis.partition_joined import bucket_of, headline_bucket
+from syncviz.analysis.tables import BUCKET_DISTRIBUTIONS, BUCKET_MEDIANS, quantiles, with_params
 from syncviz.trace import schema as S
-from syncviz.analysis.partition_joined import BUCKET_DISTRIBUTIONS, bucket_of, headline_bucket
-from syncviz.analysis.tables import BUCKET_MEDIANS, quantiles, with_params
 
 from syncviz.analysis.partition_facts import span_table, step_facts  # noqa: F401
 from syncviz.analysis.partition_passes import _EVENTS, pass1, pass2  # noqa: F401  (the workers' half)

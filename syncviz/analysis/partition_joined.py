@@ -88,12 +88,10 @@ def spill_by(scratch, tag, keys: list, values: list, names: tuple = ()):
     return spill.write_groups(scratch, tag, list(zip(*cols)), codes, values, names)
 
 
-# What the dashboard's Buckets page draws the distribution of, per bucket over every step and rank
-# (LoadedRun.bucket_stats; its whole-run path: tables.quantiles of these columns of the bucket rows),
-# read from the bucket rows' spill (aggregate), which is grouped by (headline, layout, bucket). Their
-# own spill cost a 10^8-event DDP summary ~8 s more (63-64 s against 55-56 s, alternated): this one
-# holds every bucket row, the step-0 rows too, in place of the headline rows alone.
-BUCKET_DISTRIBUTIONS = ("duration_ns", "busbw_gbps", "launch_delay_ns")
+# The Buckets page's distributions (tables.BUCKET_DISTRIBUTIONS) are read from the bucket rows' spill
+# (aggregate), which is grouped by (headline, layout, bucket). Their own spill cost a 10^8-event DDP
+# summary ~8 s more (63-64 s against 55-56 s, alternated): this one holds every bucket row, the
+# step-0 rows too, in place of the headline rows alone.
 
 
 def headline_bucket(key: tuple) -> tuple | None:

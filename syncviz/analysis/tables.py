@@ -122,6 +122,10 @@ def bucket_layout_table(comm: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFra
 
 BUCKET_MEDIANS = ("launch_delay_ns", "hook_to_launch_ns", "queue_ns", "wait_peers_ns", "duration_ns", "algbw_gbps",
                   "busbw_gbps", "exposed_ns")
+# What the dashboard's Buckets page draws the distribution of, per bucket over every step and rank
+# (tables.quantiles of these columns of the bucket rows: LoadedRun.bucket_stats; for a run too big
+# to read whole, partials.combine_bucket_stats from the partitions' spills of the bucket rows).
+BUCKET_DISTRIBUTIONS = ("duration_ns", "busbw_gbps", "launch_delay_ns")
 
 
 def with_params(g: pd.DataFrame, layouts: pd.DataFrame) -> pd.DataFrame:
