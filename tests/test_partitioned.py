@@ -186,6 +186,42 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
     assert len(json.loads(a.output)["buckets_table"]) == len(A.bucket_metrics(load_run(run))) > 9
 
 
+def test_summary_json_stops_before_the_disk_is_full(tmp_path):
+    """`summary --json` of a run whose bucket rows' JSON will not fit: one line and exit 2 after the
+    first partition's piece, no output, no scratch left (a 10^8-event run once filled the disk first).
+    The free space is given by SYNCVIZ_FREE_BYTES (views/summary.free_bytes): half the pieces' size
+    once they are written (the command's one partition), so the same run passes with stdout a pipe and
+    stops with stdout a file on the same disk, which needs a copy of them all."""
+    import os
+    import subprocess
+    import sys
+    from syncviz.views.summary import JSON_RESERVE_BYTES
+    run = simulated_run(tmp_path, "j", "--model", "gpt2-medium", "--world-size", "4", "--steps", "3")
+    calls = []
+    with tempfile.TemporaryDirectory() as d:
+        summarize(run, jobs=1, target_events=1, json_dir=d, json_room=lambda total, written: calls.append((total, written)))
+        pieces = sum(p.stat().st_size for p in Path(d).iterdir())
+    assert len(calls) == 4 and calls[-1] == (pieces, pieces)        # the last projection is what was written
+    first_total, first_written = calls[0]
+    assert 0 < first_written < first_total and abs(first_total - pieces) < 0.1 * pieces   # 1 rank in 4: ~all
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "SYNCVIZ_FREE_BYTES": str(JSON_RESERVE_BYTES + pieces // 2)}
+    cmd = [sys.executable, "-m", "syncviz", "summary", "--json", "--jobs", "1", "--scratch", str(scratch), str(run)]
+    # stdout a pipe: the pieces alone need room, and they have it
+    ok = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert len(json.loads(ok.stdout)["buckets_table"]) == len(A.bucket_metrics(load_run(run)))
+    # stdout a file on the scratch's disk: it gets a copy of them all too, and there is no room for both
+    out = tmp_path / "out.json"
+    with open(out, "w") as f:
+        stopped = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+    lines = stopped.stderr.strip().splitlines()
+    assert stopped.returncode == 2 and len(lines) == 1 and "Traceback" not in stopped.stderr, stopped.stderr
+    assert "summary --json" in lines[0] and "stopped before the disk is full" in lines[0] and "stdout" in lines[0]
+    assert out.stat().st_size == 0 and not any(scratch.iterdir())
+
+
 @pytest.mark.parametrize("compression", ["fp16", "powersgd"])
 def test_compare_of_a_compressed_run_same_numbers(tmp_path, compression):
     """A compression hook: logical bytes above wire bytes, so compare also shows the collectives'

@@ -107,10 +107,7 @@ def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) ->
     """Consecutive ranks grouped so that each group holds about ``target_events`` events (by size)."""
     out, cur, size = [], {}, 0
     for rank, path in files.items():
-        try:
-            n = path.stat().st_size
-        except OSError:
-            n = 0
+        n = _size(path)
         if cur and size + n > target_events * BYTES_PER_EVENT:
             out.append(cur)
             cur, size = {}, 0
@@ -129,13 +126,17 @@ def measure(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVE
 
 def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_EVENTS, progress=None,
               executor=None, scratch: str | None = None, compare: bool | str = False,
-              json_dir: str | None = None, export_dir: str | None = None, replay_dir: str | None = None) -> SummaryTables:
+              json_dir: str | None = None, export_dir: str | None = None, replay_dir: str | None = None,
+              json_room=None) -> SummaryTables:
     """The summary of a run directory by partitions of ranks (``jobs`` worker processes; 1: in this
     process). ``executor``: any concurrent.futures Executor to run the partitions on instead (a
     Dask cluster's: analysis.cluster; the caller shuts it down); ``scratch``: where the passes'
     scratch files go (workers must reach it; default: the system temp dir); ``compare``: also
     measure what ``syncviz compare`` shows (SummaryTables.comparison); ``json_dir``: write every
     bucket row there as JSON text (SummaryTables.bucket_json, in rank order; ``summary --json``);
+    ``json_room(total, written)``: called after each partition's JSON piece with the bytes all the
+    pieces will come to (projected from those written, by the rank files' sizes) and the bytes
+    written so far; it raises to stop before the pieces fill the disk (views/summary.py);
     ``export_dir``: what the TensorBoard export needs (SummaryTables.export; its pieces stay there);
     ``replay_dir``: what the dashboard's Replay needs to draw a step of this run from the drawn ranks'
     events alone (SummaryTables.replay, None if a piece could not be kept exactly; its lateness pieces
@@ -153,18 +154,20 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
     say = progress or (lambda msg: None)
     if executor is not None:
         return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch,
-                          own=False, compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir)
+                          own=False, compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir,
+                          json_room=json_room)
     pool = _pool(jobs)
     try:
         return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch,
-                          compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir)
+                          compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir,
+                          json_room=json_room)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
 
 
 def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True,
-               compare=False, json_dir=None, export_dir=None, replay_dir=None) -> SummaryTables:
+               compare=False, json_dir=None, export_dir=None, replay_dir=None, json_room=None) -> SummaryTables:
     with tempfile.TemporaryDirectory(prefix="syncviz-summary-", dir=scratch_root) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.arrays") for i in range(len(parts))]
@@ -232,6 +235,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                             world_size=_world(meta, max_rank), comparison=comparison)
         say(f"pass 2/2: {len(steps):,} rank-steps, {len(events):,} collectives matched across ranks")
         second, skew = [], None
+        json_size = JsonSize(parts) if json_dir is not None and json_room is not None else None
         export = None
         if export_dir is not None:     # tables.bucket_table's headline: bucket steps after the first
             export = {"dir": export_dir, "head": min(bucket_steps) if len(bucket_steps) > 1 else None}
@@ -240,6 +244,8 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                                                    for i, p in enumerate(parts)])):
             skew, r["skew"] = P.reduce_skew([skew, r["skew"]]), None
             second.append(r)
+            if json_size is not None:
+                json_room(*json_size.after(i, r["json"]))
             say(f"pass 2/2: {i + 1}/{len(parts)} partitions")
         second[0]["skew"] = skew
         # the medians' tasks run on the workers too (a column of a group each, or a batch of small groups)
@@ -264,6 +270,31 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
                              "histograms": [r["histograms"] for r in second],
                              "step_first": step_first if step_first is not None else pd.Series(dtype=np.int64)}
         return tables
+
+
+class JsonSize:
+    """What ``summary --json``'s pieces (one a partition, written by pass 2) will come to: the bytes
+    written so far over the share of the run's rank-file bytes their partitions hold. A 10^8-event
+    DDP run's pieces came to tens of GB (6.3 GB at 10^7): ``json_room`` is told after each piece,
+    so a disk that cannot hold them is known after the first, not when it is full."""
+
+    def __init__(self, parts: list[dict[int, Path]]):
+        self.sizes = [sum(_size(p) for p in part.values()) for part in parts]
+        self.total = max(sum(self.sizes), 1)
+        self.done = self.written = 0
+
+    def after(self, i: int, piece: str | None) -> tuple[int, int]:
+        """(projected bytes of every piece, bytes written) once partition ``i``'s piece is in."""
+        self.done += self.sizes[i]
+        self.written += _size(Path(piece)) if piece else 0
+        return (round(self.written * self.total / self.done) if self.done else self.written), self.written
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second, world_size, map_fn=map):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +20,7 @@ from rich.table import Table
 from syncviz import analysis as A
 from syncviz.analysis import jsonrows
 from syncviz.analysis.partitioned import SummaryTables
-from syncviz.trace import Run, load_run, warn_problems
+from syncviz.trace import Run, TraceError, load_run, warn_problems
 from syncviz.views import runcache as RC
 
 
@@ -231,7 +234,8 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
                 if as_json else None
             # what the dashboard's Replay keeps of every rank (moved into the run's cache by put_summary)
             replay_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="syncviz-replay-", dir=scratch))
-            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir)
+            opts = dict(jobs=jobs, progress=progress, scratch=scratch, json_dir=json_dir,
+                        json_room=json_room(json_dir) if as_json else None)
             if dask_address is None:
                 tables = RC.summarize_to_keep(run, replay_dir, **opts)
             else:
@@ -250,6 +254,52 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
             # what the dashboard needs to open this run without reading it whole (views/runcache.py)
             if RC.put_summary(run, tables, sig):
                 progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
+
+
+# Room left on the disk after --json's pieces (and its output, where that file shares the disk): the
+# system and other programs keep working while the summary finishes.
+JSON_RESERVE_BYTES = 256 << 20
+
+
+def json_room(json_dir: str):
+    """The check ``summarize(json_room=)`` calls after each JSON piece: stop with one line, before the
+    disk is full, when the pieces still to come (and stdout's copy of them all, where stdout is a file
+    on the same disk) will not fit in the free space of ``json_dir``'s disk."""
+    out_too = _file_on_same_disk(sys.stdout, json_dir)
+
+    def check(total: int, written: int) -> None:
+        need = total - written + (total if out_too else 0)
+        free = free_bytes(json_dir)
+        if need > free - JSON_RESERVE_BYTES:
+            where = str(Path(json_dir).parent)
+            raise TraceError(
+                f"summary --json: the bucket rows come to ~{_gb(total)} of JSON (projected from the {_gb(written)} "
+                f"written so far), written once to a scratch folder in {where}"
+                + (" and again to stdout's file on that disk" if out_too else "")
+                + f"; {_gb(free)} free there, {_gb(JSON_RESERVE_BYTES)} of it left to the system: stopped before "
+                "the disk is full (--scratch DIR puts the pieces on another disk)")
+    return check
+
+
+def free_bytes(path: str) -> int:
+    """Free bytes on ``path``'s disk. SYNCVIZ_FREE_BYTES, when set, is taken instead: tests use it to
+    stand for a nearly full disk, which a test cannot make of the machine's own."""
+    override = os.environ.get("SYNCVIZ_FREE_BYTES")
+    if override:
+        return int(override)
+    return shutil.disk_usage(path).free
+
+
+def _file_on_same_disk(stream, path: str) -> bool:
+    try:
+        st = os.fstat(stream.fileno())
+        return stat.S_ISREG(st.st_mode) and st.st_dev == os.stat(path).st_dev
+    except (OSError, ValueError, AttributeError):
+        return False       # a pipe, a terminal, a stream with no file
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
 def _clean(o):
