@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -117,6 +118,9 @@ def test_a_known_run_is_served_without_a_new_scan_while_it_is_still_there(tmp_pa
     with pytest.raises(TraceError, match="no run named 'b'"):
         store.get("b")
     assert len(scans) == 1
+    for t in threading.enumerate():     # get("a") keeps a's tables in its cache folder, in a thread
+        if t.name == "syncviz-cache-write":
+            t.join()
     shutil.rmtree(root / "a")                                        # a, removed
     with pytest.raises(TraceError, match="no run named 'a'"):
         store.path_of("a")
@@ -511,10 +515,13 @@ def test_draw_reports_errors_as_cards(app):
     for name in ("dash_corrupt_json", "dash_bad_stream", "../../etc"):
         fig, late, style, info, error, drawn = replay.render(name, 0, "auto")
         assert error is not None and "error-card" in error.className and fig["data"] == []
-    fig, _, _, _, error, drawn, *front = replay.draw(["synth8", 3, "auto", 1234])
+    fig, _, _, _, error, drawn, *front, served = replay.draw(["synth8", 3, "auto", 1234])
     assert error is None and fig["layout"]["meta"]["step"] == 3 and drawn == ["synth8", 3, "auto"]
     assert fig["layout"]["meta"]["key"] == drawn and front == ["timeline front", "timeline back"]   # brought to the front
-    assert replay.draw(None) == (replay.dash.no_update,) * 8
+    assert served == ["synth8", 3, "auto", 1234]          # the ask it answered (no longer in flight)
+    assert replay.draw(None) == (replay.dash.no_update,) * 9
+    # asked again only to drop an answer in flight (the page drew the step itself): nothing drawn
+    assert replay.draw(["synth8", 3, "auto", 1235, replay.SHOWN]) == (replay.dash.no_update,) * 9
 
 
 def test_a_step_asked_for_while_it_is_being_drawn_is_drawn_once(app, monkeypatch):
@@ -642,7 +649,7 @@ def test_a_copy_of_a_run_traced_again_since_is_drawn_again(app, store, root):
         write_synth_run(run_dir, world=4, steps=4, n_buckets=3)           # traced again, 4 ranks now
         again, want = replay.draw_ahead(copy, 3)
         assert again is replay.dash.no_update and want[:3] == ["again", 1, "auto"]
-        fig, *_, drawn, _, _ = replay.draw(want)
+        fig, *_, drawn, _, _, _ = replay.draw(want)
         ticks = [t for t in fig["layout"]["meta"]["rows"] if t.endswith("compute")]
         assert len(ticks) == 4 and len(drawn) == 3       # the new run, drawn by the server
         # drawn by the server, not a copy: nothing to check again
@@ -728,12 +735,12 @@ FIGURE_OUTPUTS = ["replay-timeline.figure", "replay-lateness.figure", "replay-la
 def post_draw(client, run, step):
     """The replay's draw callback as the browser calls it; the run name travels in its input, so a
     crafted client can put anything there. Its outputs: FIGURE_OUTPUTS and the timelines' boxes'
-    classNames (those with allow_duplicate's suffix, as the browser names them)."""
+    classNames (those with allow_duplicate's suffix, as the browser names them), and the ask answered."""
     output = next(c["output"] for c in client.get("/_dash-dependencies").get_json()
                   if [i["id"] for i in c["inputs"]] == ["replay-want"] and c["output"].startswith(".." + FIGURE_OUTPUTS[0]))
     outputs = output.strip(".").split("...")
     assert [o.split("@")[0] for o in outputs] == FIGURE_OUTPUTS + ["replay-timeline-box.className",
-                                                                   "replay-next-box.className"]
+                                                                   "replay-next-box.className", "replay-served.data"]
     body = {"output": output,
             "outputs": [dict(zip(("id", "property"), o.split("."))) for o in outputs],
             "inputs": [{"id": "replay-want", "property": "data", "value": [run, step, "auto", 1]}],

@@ -203,6 +203,51 @@ def ahead_done(driver, step) -> bool:
                for c in calls)
 
 
+def test_a_late_server_draw_never_replaces_the_step_moved_to(server, browser):
+    """A step asked of the server and answered after the user moved on (to a step drawn from the
+    page's copy, or back to the step on screen) must not land over it: the page would show one step
+    while its slider says another. The server's answers are held back ~1.5 s (Chromium's own network
+    emulation) while the keys are pressed, so each move is made with a draw in flight."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    base, _ = server
+    browser.get(f"{base}/replay?run=synth8")
+    wait_for(lambda: shown_step(browser) == 1, "opens at step 1", driver=browser)
+    wait_for(lambda: {side: step for _, side, step in browser.execute_script(STACK_JS)}.get("back") == 2,
+             "step 2 drawn behind", driver=browser)
+
+    def slow(latency_ms):
+        browser.execute_cdp_cmd("Network.enable", {})
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {
+            "offline": False, "latency": latency_ms, "downloadThroughput": -1, "uploadThroughput": -1})
+
+    def thumb():
+        return browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+
+    def settled_on(step):
+        slow(0)
+        time.sleep(3.0)          # every answer held back has landed by now
+        assert browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").get_attribute(
+            "aria-valuenow") == str(step)
+        assert shown_step(browser) == step, browser.execute_script(STACK_JS)
+
+    try:
+        # a jump (drawn by the server, held back), then the step drawn ahead: shown from the copy at once
+        slow(1500)
+        thumb().send_keys(Keys.END)
+        browser.execute_script("dash_clientside.set_props('replay-step', {value: 2});")
+        wait_for(lambda: shown_step(browser) == 2, "step 2 from the copy", timeout=1.0, driver=browser)
+        settled_on(2)
+        # a step back (drawn by the server, held back), then forward again to the step on screen
+        slow(1500)
+        thumb().send_keys(Keys.ARROW_LEFT)
+        thumb().send_keys(Keys.ARROW_RIGHT)
+        settled_on(2)
+    finally:
+        slow(0)
+    assert not js_errors(browser)
+
+
 def test_hover_shows_bucket_details(server, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -51,6 +51,7 @@ def layout(**_query):
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
         dcc.Store(id="replay-ahead"),   # the step after it, drawn while this one is looked at (draw_ahead)
         dcc.Store(id="replay-want"),    # [run, step, lane mode, nonce]: a step the browser has no copy of
+        dcc.Store(id="replay-served"),  # the replay-want draw() answered last (an ask not answered is in flight)
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
         dcc.Interval(id="replay-live", interval=LIVE_MS, disabled=True),   # pick_run enables it for live runs
     ])
@@ -71,6 +72,8 @@ FRONT = ("timeline front", "timeline back")
 FRONT_OUTPUTS = [("replay-timeline-box", "className"), ("replay-next-box", "className")]
 FIGURE_OUTPUTS = [("replay-timeline", "figure"), ("replay-lateness", "figure"), ("replay-lateness-box", "style"),
                   ("replay-info", "children"), ("replay-error", "children"), ("replay-drawn", "data")]
+# replay-want's 5th item when the page has drawn the step itself (the step callback below, draw())
+SHOWN = "shown"
 
 
 @dash.callback(Output("replay-step", "min"), Output("replay-step", "max"), Output("replay-step", "marks"),
@@ -233,18 +236,25 @@ def _render(name, step, mode) -> tuple:
 # benchmarks/dashboard.py, README "Big runs"); the copy painted behind is shown in one frame.
 dash.clientside_callback(
     """
-    function(step, mode, name, drawn, ahead, figA, figB, classA) {
+    function(step, mode, name, drawn, ahead, figA, figB, classA, want, served) {
         const no = dash_clientside.no_update, FRONT = __FRONT__;
         const key = [name, step, mode];
         const same = (a, b) => Array.isArray(a) && a.length >= 3 && [0, 1, 2].every(i => a[i] === b[i]);
-        if (same(drawn, key)) { return [no, no, no, no, no, no, no, no, no]; }   // pick_run drew it already
+        // A step asked of the server and not drawn yet would land after this move, over the step
+        // moved to (the slider saying one step, the timeline showing another): a move that needs no
+        // server asks again with SHOWN, and Dash drops the older request's answer (a newer request
+        // of the same callback replaces one in flight); draw() answers SHOWN with nothing.
+        const pending = Array.isArray(want) && want.length >= 4 && want[4] !== __SHOWN__ &&
+            !(Array.isArray(served) && same(served, want) && served[3] === want[3]);
+        const cancel = pending ? key.concat([Date.now(), __SHOWN__]) : no;
+        if (same(drawn, key)) { return [no, no, no, no, no, no, cancel, no, no]; }   // on screen already
         if (!(ahead && same(ahead.key, key))) { return [no, no, no, no, no, no, key.concat([Date.now()]), no, no]; }
         const out = ahead.out.map((v, i) => ahead.skip.includes(i) ? no : v);
         const aInFront = classA === FRONT[0];
         const back = aInFront ? figB : figA;
         const meta = back && back.layout && back.layout.meta;
         if (!(meta && same(meta.key, key))) {      // not painted behind (yet): drawn from the copy, in front
-            return out.concat([no, FRONT[0], FRONT[1]]);
+            return out.concat([cancel, FRONT[0], FRONT[1]]);
         }
         // Behind, at the zoom of the one in front (uirevision keeps a zoom within one graph only):
         // a range set on the front (a zoom, or the run's fixed time axis) is copied where it differs,
@@ -266,14 +276,15 @@ dash.clientside_callback(
             if (Object.keys(view).length) { Plotly.relayout(behind, view); }
         }
         out[0] = no;
-        return out.concat([no], aInFront ? [FRONT[1], FRONT[0]] : [FRONT[0], FRONT[1]]);
+        return out.concat([cancel], aInFront ? [FRONT[1], FRONT[0]] : [FRONT[0], FRONT[1]]);
     }
-    """.replace("__FRONT__", json.dumps(FRONT)),
+    """.replace("__FRONT__", json.dumps(FRONT)).replace("__SHOWN__", json.dumps(SHOWN)),
     *[Output(i, p, allow_duplicate=True) for i, p in FIGURE_OUTPUTS], Output("replay-want", "data"),
     *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
     Input("replay-step", "value"), Input("replay-lanes", "value"),
     State("replay-run", "data"), State("replay-drawn", "data"), State("replay-ahead", "data"),
     State("replay-timeline", "figure"), State("replay-next", "figure"), State("replay-timeline-box", "className"),
+    State("replay-want", "data"), State("replay-served", "data"),
     prevent_initial_call=True,
 )
 
@@ -294,15 +305,16 @@ dash.clientside_callback(
 
 
 @dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS], *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
-               Input("replay-want", "data"), prevent_initial_call=True)
+               Output("replay-served", "data"), Input("replay-want", "data"), prevent_initial_call=True)
 def draw(want):
     """The slider moved (or play, or Live, or the lane mode changed) to a step the page has no copy
     of: draw it, in replay-timeline, brought to the front. ``want``: [run, step, lane mode, nonce]
-    (the nonce makes a repeated ask a change)."""
-    if not isinstance(want, list) or len(want) < 3:
-        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS))
+    (the nonce makes a repeated ask a change); a 5th item SHOWN: the page moved to a step it drew
+    itself while an ask was in flight, and asks again only so that Dash drops that one's answer."""
+    if not isinstance(want, list) or len(want) < 3 or (len(want) > 4 and want[4] == SHOWN):
+        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 1)
     name, step, mode = want[:3]
-    return (*render(name, step, mode), *FRONT)
+    return (*render(name, step, mode), *FRONT, want)
 
 
 def files_version(sig: tuple) -> str:
