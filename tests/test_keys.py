@@ -106,6 +106,24 @@ def test_cat_in_row_ranges_is_one_join():
     assert b"".join(bytes(m) for m in J.chunks([outer])) == "".join(one.to_pylist()).encode()
 
 
+def test_cat_bounds_each_chunk_to_join_rows(monkeypatch):
+    """A column longer than JOIN_ROWS is joined in chunks of at most that many rows (an Arrow string
+    array holds under 2 GiB: the 10^7-event run's Perfetto export failed there), in threads or not,
+    with the same bytes as one join."""
+    import pyarrow as pa
+    from syncviz.views.export import jsoncols as J
+    n = 3 * J.PARALLEL_ROWS + 7
+    v = np.arange(n, dtype=np.int64) * 7919
+    one = cat('{"x":', J.ints(v), ',"us":', J.us(v), "}")
+    monkeypatch.setattr(J, "JOIN_ROWS", 1000)
+    for ways in (1, 2):
+        monkeypatch.setattr(J, "WAYS", ways)
+        got = cat('{"x":', J.ints(v), ',"us":', J.us(v), "}")
+        assert isinstance(got, pa.ChunkedArray) and max(len(c) for c in got.chunks) <= 1000
+        assert got.num_chunks >= n // 1000
+        assert b"".join(bytes(m) for m in J.chunks([got])) == b"".join(bytes(m) for m in J.chunks([one]))
+
+
 def _lexsort_cases():
     """(name, keys) pairs where K.lexsort must give np.lexsort's permutation exactly: every kind of
     key it packs, the ones it must refuse (and hand to np.lexsort), ties at every level, and keys

@@ -222,6 +222,27 @@ def test_summary_json_stops_before_the_disk_is_full(tmp_path):
     assert out.stat().st_size == 0 and not any(scratch.iterdir())
 
 
+def test_a_run_too_big_to_read_whole_is_refused_in_one_line(tmp_path):
+    """The commands that read a run whole (summary/compare --whole, a whole-run Perfetto export,
+    advise) refuse one whose read would not fit in the available memory, in one line that says what
+    reads it instead, before reading anything: a 10^8-event run grew until the system killed it. The
+    run is made too big by a sparse rank file (1 TiB, no disk used)."""
+    import os
+    import subprocess
+    import sys
+    run = simulated_run(tmp_path, "big", "--model", "gpt2-medium", "--world-size", "2", "--steps", "2")
+    os.truncate(run / "rank-1.arrow", 1 << 40)
+    out = tmp_path / "t.json"
+    for args, hint in ((["summary", "--whole"], "without --whole"), (["compare", "--whole"], "without --whole"),
+                       (["export", "perfetto", "-o", str(out)], "--steps A:B"), (["advise"], "by partitions")):
+        r = subprocess.run([sys.executable, "-m", "syncviz", *args, str(run)], capture_output=True, text=True,
+                           timeout=300)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (args, r.stderr)
+        assert "1099.5 GB of rank files" in lines[0] and "GB of memory" in lines[0] and hint in lines[0], lines[0]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("compression", ["fp16", "powersgd"])
 def test_compare_of_a_compressed_run_same_numbers(tmp_path, compression):
     """A compression hook: logical bytes above wire bytes, so compare also shows the collectives'

@@ -277,10 +277,59 @@ def events_frame(table: pa.Table) -> pd.DataFrame:
     return events
 
 
+# Memory a whole-run read takes over its rank files' bytes: load_run of the 10^7-event DDP run
+# (529 MB of rank files, benchmarks/scale.py --kind ddp) peaked at 4.86 GB, 9.2x (2026-11-29).
+WHOLE_READ_FACTOR = 9.2
+BY_PARTS = ("`syncviz summary` and `compare` (without --whole), `export tensorboard` and `export html` read it "
+            "by partitions of ranks, `syncviz dash` a step at a time, `export perfetto --steps A:B` a range of steps")
+
+
+class TooBigToRead(TraceError):
+    """A run whose whole read would need more memory than this machine has available."""
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation now (Linux's MemAvailable: free memory plus
+    what the page cache can give back); the machine's whole memory where that is not known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def check_fits_whole(run_dir: str | os.PathLike, factor: float = WHOLE_READ_FACTOR, what: str = "read whole",
+                     instead: str = BY_PARTS) -> None:
+    """Raise TooBigToRead (one line, saying what to run instead) when reading ``run_dir`` whole
+    would need more than the available memory: ``factor`` times its rank files' bytes. A 10^8-event
+    run (5.3 GB of rank files) would need ~49 GB: read whole, it grew until the system killed it,
+    or died in a C++ bad_alloc under a memory limit, with no line saying why."""
+    run_dir = Path(run_dir)
+    size = 0
+    for f in rank_files(run_dir).values():
+        try:
+            size += f.stat().st_size
+        except OSError:
+            pass
+    need, have = size * factor, available_memory()
+    if need > have:
+        raise TooBigToRead(f"{run_dir}: {size / 1e9:.1f} GB of rank files; {what}, it needs ~{need / 1e9:.0f} GB "
+                           f"of memory and {have / 1e9:.1f} GB is available. Instead: {instead}")
+
+
 def load_run(run_dir: str | os.PathLike, ranks: Iterable[int] | None = None,
              steps: tuple[int, int] | None = None, spans: dict | None = None) -> Run:
     """Read a whole run (``steps`` (A, B): its steps A <= step < B only). Raises TraceError (one
-    line) when nothing usable is there."""
+    line) when nothing usable is there, or when the whole run would not fit in the available
+    memory (check_fits_whole)."""
+    if ranks is None and steps is None and is_run_dir(run_dir):
+        check_fits_whole(run_dir)
     f = open_run(run_dir, ranks, steps, spans)
     return Run(path=f.path, meta=f.meta, events=events_frame(f.table), layouts=f.layouts,
                problems=f.problems, incomplete_ranks=f.incomplete_ranks)

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from syncviz.trace import TraceError, find_runs, load_run, warn_problems
+from syncviz.trace.read import check_fits_whole
 from syncviz.views.runcache import kept_spans
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -35,6 +36,15 @@ def _one_path(path: str) -> Path:
         raise click.UsageError(f"{path} holds {len(runs)} runs; name one of them "
                                f"(e.g. {runs[0]})")
     return runs[0]
+
+
+# Memory of a whole-run Perfetto export over the run's rank-file bytes: the 10^7-event DDP run (529 MB
+# of rank files) peaked at 22.0 GB, 42x, its trace's JSON held whole before it is written (2026-11-29).
+PERFETTO_FACTOR = 42
+# Trace JSON above this is reported as too big for Perfetto's UI in a browser: the UI's trace processor
+# runs in WebAssembly with ~2 GB of memory "typical" (perfetto.dev/docs/visualization/large-traces), and
+# a 900 MB JSON trace crashed it (google/perfetto#99).
+PERFETTO_UI_BYTES = 1 << 30
 
 
 def _one_run(path: str):
@@ -111,7 +121,10 @@ def perfetto_command(run, output, steps_spec):
 
     out = _output(output, (".json", ".json.gz"))
     if steps_spec is None:
-        r, steps = _one_run(run), None
+        path = _one_path(run)
+        check_fits_whole(path, PERFETTO_FACTOR, "exported whole to Perfetto",
+                         "export a range of steps with --steps A:B (it reads those steps alone)")
+        r, steps = _one_run(path), None
     else:
         steps = parse_steps(steps_spec)
         runs = _runs((run,))
@@ -128,10 +141,17 @@ def perfetto_command(run, output, steps_spec):
             more = f" (run.json: {recorded} steps recorded)" if isinstance(recorded, int) else ""
             raise click.BadParameter(f"{steps_spec}: no events of these steps in {runs[0]}{more}",
                                      param_hint="--steps")
-    write_perfetto(r, out, steps=steps)
+    stats = {}
+    write_perfetto(r, out, steps=steps, stats=stats)
     what = f" (steps {steps[0]} to {steps[1] - 1})" if steps and steps[0] + 1 < steps[1] < 2 ** 62 else \
         (f" (step {steps[0]})" if steps and steps[1] == steps[0] + 1 else (f" (steps {steps[0]} on)" if steps else ""))
     click.echo(f"{out} ({out.stat().st_size / 1e6:.2f} MB){what}: open it in https://ui.perfetto.dev")
+    if stats["json_bytes"] > PERFETTO_UI_BYTES:
+        click.echo(f"syncviz: warning: {out.name} holds {stats['json_bytes'] / 1e9:.1f} GB of trace JSON: more than "
+                   "Perfetto's UI loads in a browser (its trace processor has ~2 GB of memory there, and a JSON trace "
+                   "takes more once loaded). Open it through `trace_processor --httpd` "
+                   "(https://perfetto.dev/docs/visualization/large-traces), or export fewer steps with --steps A:B",
+                   err=True)
 
 
 def parse_steps(spec: str) -> tuple[int, int]:

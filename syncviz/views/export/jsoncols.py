@@ -29,16 +29,24 @@ def _join(flat: list) -> pa.Array:
     return pc.binary_join_element_wise(*flat, "")
 
 
+# Rows of one joined chunk at most: an Arrow string array holds under 2 GiB of text (32-bit offsets),
+# and the 10^7-event DDP run's comm events, joined in two halves, came to 2.5 GB each
+# (ArrowCapacityError, 2026-11-29). An event is a few hundred bytes: a chunk stays near 0.5 GB.
+JOIN_ROWS = 1_000_000
+
+
 def cat(*parts) -> pa.Array | pa.ChunkedArray:
     """Element-wise concatenation of string arrays and literal strings (tuples are spliced in)."""
     flat = [q for p in parts for q in (p if isinstance(p, tuple) else (p,))]
     n = max((len(q) for q in flat if not isinstance(q, str)), default=0)
-    if n < PARALLEL_ROWS or WAYS < 2:
+    ways = WAYS if n >= PARALLEL_ROWS else 1
+    k = max(ways, -(-n // JOIN_ROWS))
+    if k == 1:
         return _join(flat)
-    bounds = np.linspace(0, n, WAYS + 1).astype(np.int64).tolist()
-    futures = [_POOL.submit(_join, [q if isinstance(q, str) else q.slice(a, b - a) for q in flat])
-               for a, b in zip(bounds[:-1], bounds[1:])]
-    return pa.chunked_array([c for f in futures for c in _chunks_of(f.result())], pa.string())
+    bounds = np.linspace(0, n, k + 1).astype(np.int64).tolist()
+    pieces_ = [[q if isinstance(q, str) else q.slice(a, b - a) for q in flat] for a, b in zip(bounds[:-1], bounds[1:])]
+    joined = [_join(f) for f in pieces_] if WAYS < 2 else [f.result() for f in [_POOL.submit(_join, f) for f in pieces_]]
+    return pa.chunked_array([c for j in joined for c in _chunks_of(j)], pa.string())
 
 
 def pieces(*builders):
