@@ -225,8 +225,8 @@ def test_summary_json_stops_before_the_disk_is_full(tmp_path):
 def test_a_run_too_big_to_read_whole_is_refused_in_one_line(tmp_path):
     """The commands that read a run whole (summary/compare --whole, a whole-run Perfetto export,
     advise) refuse one whose read would not fit in the available memory, in one line that says what
-    reads it instead, before reading anything: a 10^8-event run grew until the system killed it. The
-    run is made too big by a sparse rank file (1 TiB, no disk used)."""
+    reads it instead, before reading anything (a 10^8-event run needs ~48 GB read whole). The run is
+    made too big by a sparse rank file (1 TiB, no disk used)."""
     import os
     import subprocess
     import sys

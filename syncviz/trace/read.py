@@ -308,8 +308,8 @@ def check_fits_whole(run_dir: str | os.PathLike, factor: float = WHOLE_READ_FACT
                      instead: str = BY_PARTS) -> None:
     """Raise TooBigToRead (one line, saying what to run instead) when reading ``run_dir`` whole
     would need more than the available memory: ``factor`` times its rank files' bytes. A 10^8-event
-    run (5.3 GB of rank files) would need ~49 GB: read whole, it grew until the system killed it,
-    or died in a C++ bad_alloc under a memory limit, with no line saying why."""
+    run (5.3 GB of rank files) would need ~48 GB on a 24 GB machine; under a 6 GB memory limit its
+    Perfetto export died in a C++ bad_alloc, with no line saying why."""
     run_dir = Path(run_dir)
     size = 0
     for f in rank_files(run_dir).values():
