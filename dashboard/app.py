@@ -153,7 +153,8 @@ def _check_port(host: str, port: int) -> None:
 @click.option("--debug", is_flag=True, help="Dash debug mode (dev tools, reload on code change).")
 @click.option("--max-run-gb", type=click.FloatRange(min=0.001), default=None,
               help="Largest run (GB of rank files) opened whole; bigger ones get an error card naming the "
-                   "commands that handle them [an eighth of this machine's memory].")
+                   "commands that handle them [a twentieth of this machine's memory: a run opened whole takes up to 20x "
+                   "its files' size in the server].")
 def dash_command(root: Path, port: int, host: str, debug: bool, max_run_gb: float | None):
     """Serve the Dash replay app for the runs under ROOT (a run directory or a folder of runs).
 

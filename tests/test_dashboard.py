@@ -214,7 +214,7 @@ def test_run_too_big_to_open_whole_is_one_line(root, tmp_path):
     `syncviz summary` has kept what opens it (next test)."""
     from syncviz.dashboard.data.store import RunStore, default_max_run_bytes
     from syncviz.views import runcache as RC
-    assert default_max_run_bytes() >= 2 ** 30
+    assert default_max_run_bytes() >= 2 ** 28
     shutil.copytree(root / "synth8", tmp_path / "runs" / "synth8", ignore=shutil.ignore_patterns(RC.CACHE_DIR))
     root = tmp_path / "runs"
     store = RunStore(root, max_run_bytes=10_000)

@@ -67,16 +67,23 @@ def folder_stamp(run_dir: Path) -> tuple | None:
     return d.st_ino, d.st_mtime_ns, m.st_ino, m.st_size, m.st_mtime_ns
 
 
+# The dashboard server's peak memory over the rank files' bytes of a run it opens whole: the
+# 10^7-event DDP run (552 MB of rank files, benchmarks/dashboard.py --pages-only, a fresh server a
+# page) peaked at 2.55 GB (Runs), 9.22 (Buckets), 10.59 (Strategies) and 11.15 GB (Distributed), 20x
+# (2026-11-29). The budget was an eighth of the machine's memory until then: a run just under it
+# would have needed 2.5x the machine.
+WHOLE_RUN_FACTOR = 20
+
+
 def default_max_run_bytes() -> int:
-    """Largest run (bytes of its rank files) the dashboard opens whole: an eighth of this machine's
-    memory. A run is held in memory several times over once analysed (10^7 events: 1.8 GB of files,
-    9.3 GB peak for the whole-run analysis, benchmarks/scale.py), so a 10^8-event run would take the
-    server down with it; refused with one line instead."""
+    """Largest run (bytes of its rank files) the dashboard opens whole: this machine's memory over
+    WHOLE_RUN_FACTOR (at least 256 MB). A bigger run is opened from what `syncviz summary` kept
+    beside it, a step at a time; read whole, a 10^8-event run would take the server down with it."""
     try:
         ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         ram = 16 * 2 ** 30
-    return max(2 ** 30, ram // 8)
+    return max(2 ** 28, ram // WHOLE_RUN_FACTOR)
 
 
 class TooBig(TraceError):
