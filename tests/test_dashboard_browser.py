@@ -243,6 +243,7 @@ def test_a_late_server_draw_never_replaces_the_step_moved_to(server, browser):
         thumb().send_keys(Keys.ARROW_LEFT)
         thumb().send_keys(Keys.ARROW_RIGHT)
         settled_on(2)
+        browser.save_screenshot(str(SHOTS / "replay-after-late-answers.png"))   # slider and timeline: step 2
     finally:
         slow(0)
     assert not js_errors(browser)
