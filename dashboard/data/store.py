@@ -79,11 +79,7 @@ def default_max_run_bytes() -> int:
     """Largest run (bytes of its rank files) the dashboard opens whole: this machine's memory over
     WHOLE_RUN_FACTOR (at least 256 MB). A bigger run is opened from what `syncviz summary` kept
     beside it, a step at a time; read whole, a 10^8-event run would take the server down with it."""
-    try:
-        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        ram = 16 * 2 ** 30
-    return max(2 ** 28, ram // WHOLE_RUN_FACTOR)
+    return max(2 ** 28, T.machine_memory(16 * 2 ** 30) // WHOLE_RUN_FACTOR)
 
 
 class TooBig(TraceError):

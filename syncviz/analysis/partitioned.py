@@ -107,7 +107,7 @@ def partitions(files: dict[int, Path], target_events: int = PARTITION_EVENTS) ->
     """Consecutive ranks grouped so that each group holds about ``target_events`` events (by size)."""
     out, cur, size = [], {}, 0
     for rank, path in files.items():
-        n = _size(path)
+        n = R.file_size(path)
         if cur and size + n > target_events * BYTES_PER_EVENT:
             out.append(cur)
             cur, size = {}, 0
@@ -279,22 +279,16 @@ class JsonSize:
     so a disk that cannot hold them is known after the first, not when it is full."""
 
     def __init__(self, parts: list[dict[int, Path]]):
-        self.sizes = [sum(_size(p) for p in part.values()) for part in parts]
+        self.sizes = [sum(R.file_size(p) for p in part.values()) for part in parts]
         self.total = max(sum(self.sizes), 1)
         self.done = self.written = 0
 
     def after(self, i: int, piece: str | None) -> tuple[int, int]:
         """(projected bytes of every piece, bytes written) once partition ``i``'s piece is in."""
         self.done += self.sizes[i]
-        self.written += _size(Path(piece)) if piece else 0
+        self.written += R.file_size(Path(piece)) if piece else 0
         return (round(self.written * self.total / self.done) if self.done else self.written), self.written
 
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second, world_size, map_fn=map):

@@ -288,6 +288,14 @@ class TooBigToRead(TraceError):
     """A run whose whole read would need more memory than this machine has available."""
 
 
+def machine_memory(default: int) -> int:
+    """This machine's physical memory in bytes (``default`` where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return default
+
+
 def available_memory() -> int:
     """Bytes of memory available to a new allocation now (Linux's MemAvailable: free memory plus
     what the page cache can give back); the machine's whole memory where that is not known."""
@@ -298,10 +306,15 @@ def available_memory() -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return machine_memory(1 << 62)
+
+
+def file_size(path: Path) -> int:
+    """Bytes of ``path``; 0 where it cannot be read (a rank file removed since it was listed)."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def check_fits_whole(run_dir: str | os.PathLike, factor: float = WHOLE_READ_FACTOR, what: str = "read whole",
@@ -310,13 +323,7 @@ def check_fits_whole(run_dir: str | os.PathLike, factor: float = WHOLE_READ_FACT
     would need more than the available memory: ``factor`` times its rank files' bytes. A 10^8-event
     run (5.3 GB of rank files) would need ~48 GB on a 24 GB machine; under a 6 GB memory limit its
     Perfetto export died in a C++ bad_alloc, with no line saying why."""
-    run_dir = Path(run_dir)
-    size = 0
-    for f in rank_files(run_dir).values():
-        try:
-            size += f.stat().st_size
-        except OSError:
-            pass
+    size = sum(file_size(f) for f in rank_files(Path(run_dir)).values())
     need, have = size * factor, available_memory()
     if need > have:
         raise TooBigToRead(f"{run_dir}: {size / 1e9:.1f} GB of rank files; {what}, it needs ~{need / 1e9:.0f} GB "

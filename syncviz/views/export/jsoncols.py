@@ -44,8 +44,8 @@ def cat(*parts) -> pa.Array | pa.ChunkedArray:
     if k == 1:
         return _join(flat)
     bounds = np.linspace(0, n, k + 1).astype(np.int64).tolist()
-    pieces_ = [[q if isinstance(q, str) else q.slice(a, b - a) for q in flat] for a, b in zip(bounds[:-1], bounds[1:])]
-    joined = [_join(f) for f in pieces_] if WAYS < 2 else [f.result() for f in [_POOL.submit(_join, f) for f in pieces_]]
+    ranges = [[q if isinstance(q, str) else q.slice(a, b - a) for q in flat] for a, b in zip(bounds[:-1], bounds[1:])]
+    joined = [_join(r) for r in ranges] if WAYS < 2 else [f.result() for f in [_POOL.submit(_join, r) for r in ranges]]
     return pa.chunked_array([c for j in joined for c in _chunks_of(j)], pa.string())
 
 
