@@ -201,7 +201,7 @@ def test_group_medians_on_a_process_pool_equal_serial(tmp_path, monkeypatch):
     with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
         pooled = spill.group_medians(pieces, ["g"], ["a", "b"], pool.map)
     pd.testing.assert_frame_equal(serial, pooled, check_exact=True)
-    whole = pd.concat([pd.DataFrame(np.load(p.path).T, columns=["a", "b"]).assign(
+    whole = pd.concat([pd.DataFrame(np.stack([spill._floats(c) for c in spill._mapped(p)]).T, columns=["a", "b"]).assign(
         g=np.repeat([k[0] for k in p.groups], p.counts)) for p in pieces])
     pd.testing.assert_frame_equal(serial, whole.groupby("g")[["a", "b"]].median(), check_exact=True, check_names=False)
 
@@ -268,3 +268,40 @@ def test_quantiles_over_spilled_pieces_are_pandas_quantiles(tmp_path, monkeypatc
                                               check_exact=True, check_index_type=False)
                 np.testing.assert_allclose(frame["mean"], ref["mean"], rtol=1e-13, atol=0)
     assert 5 not in got[1].index and 5 in got[0].index
+
+
+def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypatch):
+    """A spilled column of whole numbers is kept as int32 (NaN as NAN32); one that is not (a fraction,
+    a value past 32 bits, INT32_MIN itself, -0.0) stays float64, decided piece by piece. A group whose
+    column is narrowed in one piece and not in another reads as float64; every median and quantile is
+    pandas' of the whole table, exactly."""
+    from syncviz.analysis import partition_joined as PJ
+    from syncviz.analysis.tables import quantiles
+    monkeypatch.setattr(spill, "BIG_GROUP", 30)
+    rng = np.random.default_rng(5)
+    odd = [0.5, 2.0 ** 31, float(np.iinfo(np.int32).min), -0.0, None]     # None: a piece of whole numbers only
+    frames, pieces, kinds = [], [], []
+    for i, extra in enumerate(odd):
+        n = 60
+        f = pd.DataFrame({"g": rng.integers(0, 4, n), "a": rng.integers(-10**6, 10**6, n).astype(float),
+                          "b": rng.integers(0, 100, n)})
+        f.loc[rng.random(n) < 0.2, "a"] = np.nan
+        if extra is not None:
+            f.loc[f.index[3], "a"] = extra
+        frames.append(f)
+        pieces.append(PJ.spill_by(tmp_path, f"n{i}", [(f["g"].to_numpy(), None)], [f["a"].to_numpy(), f["b"].to_numpy()],
+                                  ("a", "b")))
+        kinds.append([c.dtype for c in spill._mapped(pieces[-1])])
+    assert [k[0] for k in kinds] == [np.float64] * 4 + [np.int32] and all(k[1] == np.int32 for k in kinds)
+    whole = pd.concat(frames, ignore_index=True)
+    med = spill.group_medians(pieces, ["g"], ["a", "b"])
+    pd.testing.assert_frame_equal(med, whole.groupby("g")[["a", "b"]].median(), check_exact=True, check_names=False)
+    only_whole = [pieces[-1]]            # every slice int32: selected in int32
+    pd.testing.assert_frame_equal(spill.group_medians(only_whole, ["g"], ["a"]),
+                                  frames[-1].groupby("g")[["a"]].median(), check_exact=True, check_names=False)
+    for col, frame in zip(["a", "b"], spill.group_quantiles(only_whole, ["g"], ["a", "b"])):
+        ref = quantiles(frames[-1].astype({"b": float}), "g", col)
+        pd.testing.assert_frame_equal(frame, ref, check_exact=True, check_index_type=False)
+    zero = spill.narrow(np.array([0.0, -0.0]))
+    assert zero.dtype == np.float64 and np.signbit(zero[1])
+    assert spill.narrow(np.array([1, 2**40])).dtype == np.float64
