@@ -96,8 +96,13 @@ def median(x: np.ndarray) -> float:
     return median_in_place(np.array(x, dtype=float))
 
 
+# Medians and quantiles sort a group's values rather than partition them (np.partition, introselect):
+# numpy's sort is vectorized (x86-simd-sort, AVX2 and AVX-512; Highway on Arm), its partition is not.
+# Measured here (numpy 2.4, one core): 800,000 int32 durations sorted in 2.0 ms, partitioned at the
+# middle in 4.3 ms; 12.5 M int32 37 ms against 95 ms; 800,000 float64 4.0 against 4.6 ms. The order
+# statistics are the same values either way.
 def median_in_place(x: np.ndarray) -> float:
-    """median() of a float array it may reorder: NaN sorts last in numpy's partition, so the middle
+    """median() of a float array it may reorder: NaN sorts last in numpy, so the middle
     of the n values that are not NaN is at ranks (n - 1) // 2 and n // 2, taken as np.median takes
     them (the mean of the two for an even n), with no copy of the array without NaN. An int32 array
     (a narrowed column) has its NaN as NAN32, which sorts first: the middle is m ranks later."""
@@ -109,7 +114,7 @@ def median_in_place(x: np.ndarray) -> float:
     if not n:
         return float("nan")
     k = [m + (n - 1) // 2, m + n // 2]
-    x.partition(k)
+    x.sort()            # not x.partition(k): see above median_in_place
     return float(np.mean(x[k])) if n % 2 == 0 else float(x[k[0]])
 
 
@@ -209,8 +214,8 @@ def quantile_task(task: list) -> list[tuple[int, int, int, list[float]]]:
 
 def quantile_stats(x: np.ndarray) -> list[float]:
     """STATS of the values that are not NaN: pandas' groupby quantile (at q·(n − 1) in sorted order,
-    ``v[i] + (v[i + 1] − v[i]) · frac`` between two values), the mean and the count. Only the ranks
-    the quantiles read are put in place (np.partition, not a full sort), and the sum is taken in
+    ``v[i] + (v[i + 1] − v[i]) · frac`` between two values), the mean and the count. The ranks
+    the quantiles read are in place after one sort (see above median_in_place), and the sum is taken in
     extended precision by numpy (math.fsum would walk each group's values as a Python list)."""
     nan = x == NAN32 if x.dtype == np.int32 else np.isnan(x)
     v = x[~nan] if nan.any() else x
@@ -218,8 +223,7 @@ def quantile_stats(x: np.ndarray) -> list[float]:
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]
     at = [q * (n - 1) for q in QUANTILES]
-    ranks = sorted({k for a in at for k in (int(a), min(int(a) + 1, n - 1))})
-    v.partition(ranks)
+    v.sort()            # not v.partition(ranks): see above median_in_place
     out = []
     for a in at:
         i, frac = int(a), a % 1
