@@ -169,3 +169,21 @@ def test_lexsort_is_numpys(name, keys):
     perm = np.random.default_rng(1).permutation(len(keys[0]))
     shuffled = [k[perm] for k in keys]
     assert np.array_equal(K.lexsort(shuffled), np.lexsort(shuffled)), name
+
+
+def test_ordered_codes_are_a_sorted_groupbys_group_numbers():
+    """K.ordered_codes (pass 2's spill groupings) numbers rows as pandas' sorted groupby does, on the
+    column types traces give it: bool, small and wide ints, uint64, keys too wide for one int64."""
+    rng = np.random.default_rng(1)
+    makers = [lambda n: rng.integers(0, 2, n).astype(bool), lambda n: rng.integers(-100, 100, n).astype(np.int8),
+              lambda n: rng.integers(0, 2 ** 40, n).astype(np.uint64), lambda n: rng.integers(-10 ** 12, 10 ** 12, n),
+              lambda n: rng.integers(0, 60_000, n).astype(np.uint16), lambda n: rng.integers(0, 3, n).astype(np.int16)]
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        cols = [makers[int(i)](n) for i in rng.integers(0, len(makers), int(rng.integers(1, 5)))]
+        codes, k = K.ordered_codes(*cols)
+        frame = pd.DataFrame({f"c{i}": c for i, c in enumerate(cols)})
+        want = frame.groupby(list(frame.columns), sort=True).ngroup().to_numpy()
+        assert np.array_equal(codes, want) and k == want.max() + 1
+    codes, k = K.ordered_codes(np.zeros(0, dtype=np.int8))
+    assert len(codes) == 0 and codes.dtype == np.int64 and k == 0

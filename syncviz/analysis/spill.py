@@ -54,7 +54,10 @@ def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarra
     each column's rows in group order."""
     if not len(codes):
         return None
-    order = np.argsort(codes, kind="stable") if len(groups) > 1 else None    # one group: rows as they are
+    order = None                            # one group: rows as they are
+    if len(groups) > 1:                     # numpy's stable sort of 16-bit keys is a radix sort: a bucket
+        small = len(groups) <= 1 << 16      # spill's 660,000 interleaved codes in 2.2 ms, not 5.1 (int64)
+        order = np.argsort(codes.astype(np.uint16) if small else codes, kind="stable")
     stored = [narrow(np.asarray(c)) for c in columns]
     path = str(Path(directory) / f"{tag}.spill")
     head = np.array([len(stored), len(codes)] + [_CODES[c.dtype] for c in stored], dtype=np.uint64)
@@ -236,24 +239,22 @@ def _read(task: list):
     """(request, group, column, values) of each item of a task, its values read into one array
     (int32 when every piece holds that column narrowed, else float64 with NaN for NAN32).
     Read, not memory-mapped: the mapped pages of a column of 6*10^7 values count in the worker's
-    resident memory as much again. A file stays open while the next slice is of it too."""
+    resident memory as much again. Each file is opened once a task (a task reads every piece
+    for each of its groups and columns: ~150,000 opens in the 10^8-event summary's medians)."""
     files: dict[str, tuple[list[int], list[np.dtype], int]] = {}
-    f = None
+    handles: dict = {}
     try:
         for ri, gi, ci, pci, slices in task:
             for path, _, _ in slices:
                 if path not in files:
                     files[path] = _layout(path)
+                    handles[path] = open(path, "rb")
             wide = any(files[path][1][pci] != np.int32 for path, _, _ in slices)
             x = np.empty(sum(b - a for _, a, b in slices), dtype=np.float64 if wide else np.int32)
             at = 0
             for path, a, b in slices:
                 starts, dtypes, _ = files[path]
-                dt = dtypes[pci]
-                if f is None or f.name != path:
-                    if f is not None:
-                        f.close()
-                    f = open(path, "rb")
+                dt, f = dtypes[pci], handles[path]
                 f.seek(starts[pci] + dt.itemsize * a)
                 if dt == x.dtype:
                     f.readinto(memoryview(x[at:at + b - a]).cast("B"))
@@ -262,7 +263,7 @@ def _read(task: list):
                 at += b - a
             yield ri, gi, ci, x
     finally:
-        if f is not None:
+        for f in handles.values():
             f.close()
 
 
