@@ -305,3 +305,28 @@ def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypa
     zero = spill.narrow(np.array([0.0, -0.0]))
     assert zero.dtype == np.float64 and np.signbit(zero[1])
     assert spill.narrow(np.array([1, 2**40])).dtype == np.float64
+
+
+def test_bucket_first_reduced_elementwise_equals_the_groupby(monkeypatch):
+    """partial_views.reduce_bucket_first: partitions that saw the same buckets are reduced
+    elementwise; the result is the concatenated groupby's min exactly (values, index, names, types),
+    and partitions with different buckets still take the groupby."""
+    from syncviz.analysis import partial_views as PV
+    rng = np.random.default_rng(4)
+
+    def part(n, steps):
+        f = pd.DataFrame({"step": rng.choice(steps, n), "micro": rng.integers(0, 2, n),
+                          "bucket": rng.integers(0, 5, n), "launch": rng.integers(0, 10 ** 12, n)})
+        return f.groupby(PV.LATE_KEY)["launch"].min()
+
+    full = [part(400, np.arange(6)) for _ in range(4)]
+    full = [p.reindex(full[0].index.union(p.index)).fillna(0).astype(np.int64) for p in full]   # same buckets
+    full = [p.reindex(full[0].index) for p in full]
+    assert all(p.index.equals(full[0].index) for p in full)
+    for parts in (full, [part(50, np.arange(3)), part(60, np.arange(2, 8)), None]):
+        want = pd.concat([p for p in parts if p is not None]).groupby(level=[0, 1, 2]).min()
+        pd.testing.assert_series_equal(PV.reduce_bucket_first(parts), want, check_exact=True)
+        pd.testing.assert_index_equal(PV.reduce_bucket_first(parts).index, want.index, exact=True)
+    want = PV.reduce_bucket_first(full)
+    monkeypatch.setattr(PV.pd, "concat", None)         # the same buckets everywhere: no groupby at all
+    pd.testing.assert_series_equal(PV.reduce_bucket_first(full), want, check_exact=True)

@@ -186,6 +186,29 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
     assert len(json.loads(a.output)["buckets_table"]) == len(A.bucket_metrics(load_run(run))) > 9
 
 
+def test_a_long_step_table_prints_its_ends_and_slowest_steps(tmp_path):
+    """A run of more than STEP_ROWS steps prints its first and last STEP_ENDS steps and the
+    STEP_SLOWEST slowest between them, in step order with a ⋮ row where steps are left out, and says
+    so in the title; --all-steps prints every step. Both paths print the same."""
+    from syncviz.views import summary as SV
+    run = simulated_run(tmp_path, "long", "--model", "gpt2-medium", "--world-size", "2", "--steps", "40")
+    table = summarize(run, jobs=1).step_table
+    rows, note = SV.shown_steps(table)
+    between = table.iloc[SV.STEP_ENDS:len(table) - SV.STEP_ENDS]
+    slowest = set(between.nlargest(SV.STEP_SLOWEST, "step_ns")["step"].astype(int))
+    want = set(range(SV.STEP_ENDS)) | set(range(30, 40)) | slowest
+    assert [int(table["step"].iloc[i]) for i in rows] == sorted(want) and len(want) == 25
+    assert "25 of 40 steps" in note and SV.shown_steps(table.iloc[:SV.STEP_ROWS])[1] == ""
+    short = CliRunner().invoke(cli, ["summary", str(run)])
+    whole = CliRunner().invoke(cli, ["summary", "--whole", str(run)])
+    every = CliRunner().invoke(cli, ["summary", "--all-steps", str(run)])
+    assert short.exit_code == whole.exit_code == every.exit_code == 0 and short.output == whole.output
+    printed = lambda out: [int(line.split()[1]) for line in out.split("Per step")[1].split("Per bucket")[0].splitlines()  # noqa: E731
+                           if line.startswith("│") and line.split()[1].isdigit()]
+    assert printed(short.output) == sorted(want) and short.output.count("⋮") >= 2
+    assert printed(every.output) == list(range(40)) and "⋮" not in every.output
+
+
 def test_summary_json_stops_before_the_disk_is_full(tmp_path):
     """`summary --json` of a run whose bucket rows' JSON will not fit: one line and exit 2 after the
     first partition's piece, no output, no scratch left (a 10^8-event run once filled the disk first).

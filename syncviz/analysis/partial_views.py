@@ -18,9 +18,16 @@ LATE_KEY = ["step", "micro", "bucket"]        # a gradient bucket matched across
 
 
 def reduce_bucket_first(parts: list) -> pd.Series | None:
+    """Each bucket's (LATE_KEY) earliest launch over the partitions' (each a sorted groupby's min)."""
     parts = [p for p in parts if p is not None and len(p)]
     if len(parts) <= 1:
         return parts[0] if parts else None
+    one = parts[0].index
+    if one.is_unique and one.is_monotonic_increasing and all(p.index.equals(one) for p in parts[1:]):
+        # every partition saw the same buckets (a DDP run: all of them): the groupby's answer, elementwise.
+        # The summary reduces as partitions arrive: 147 groupbys of ~190,000 rows were 2.3 s of the
+        # 10^8-event summary's main process.
+        return pd.Series(np.minimum.reduce([p.to_numpy() for p in parts]), index=one, name=parts[0].name)
     return pd.concat(parts).groupby(level=list(range(len(LATE_KEY)))).min()
 
 

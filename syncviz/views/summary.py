@@ -34,14 +34,41 @@ def _mb(b) -> str:
     return f"{b / 1e6:.2f}"
 
 
-def step_table(table: pd.DataFrame) -> Table:
-    t = Table(title="Per step (mean over ranks; overlap % and comp/comm from those means; times in ms)",
+# A run of many steps prints a step table of its first and last steps and the slowest between them
+# (a 10^8-event run's 781 rows took 2.5 s to lay out and ~800 lines of terminal); --all-steps, --json
+# and the dashboard have every step.
+STEP_ROWS = 30
+STEP_ENDS = 10
+STEP_SLOWEST = 5
+
+
+def shown_steps(table: pd.DataFrame, every: bool = False) -> tuple[list[int], str]:
+    """Positions of ``table``'s rows the step table prints (all, or the first and last STEP_ENDS and
+    the STEP_SLOWEST slowest between them, by mean step time) and what its title says of them."""
+    n = len(table)
+    if every or n <= STEP_ROWS:
+        return list(range(n)), ""
+    ends = set(range(STEP_ENDS)) | set(range(n - STEP_ENDS, n))
+    between = table["step_ns"].iloc[STEP_ENDS:n - STEP_ENDS]
+    slow = between.reset_index(drop=True).sort_values(ascending=False, kind="stable", na_position="last")
+    keep = sorted(ends | {int(i) + STEP_ENDS for i in slow.index[:STEP_SLOWEST]})
+    return keep, (f"; {len(keep)} of {n} steps: the first and last {STEP_ENDS} and the {STEP_SLOWEST} slowest "
+                  "between them (--all-steps: every step)")
+
+
+def step_table(table: pd.DataFrame, every: bool = False) -> Table:
+    rows, note = shown_steps(table, every)
+    t = Table(title=f"Per step (mean over ranks; overlap % and comp/comm from those means; times in ms{note})",
               title_justify="left")
     evals = bool((table["eval_ns"] > 0).any())
-    for c in ("step", "time", "fwd", "bwd", "opt") + (("eval",) if evals else ()) + (
-            "comm", "exposed", "overlap%", "comp/comm", "MB"):
+    columns = ("step", "time", "fwd", "bwd", "opt") + (("eval",) if evals else ()) + (
+        "comm", "exposed", "overlap%", "comp/comm", "MB")
+    for c in columns:
         t.add_column(c, justify="right")
-    for _, r in table.iterrows():
+    for before, at in zip([-1] + rows, rows):
+        if at > before + 1:         # steps left out here
+            t.add_row("⋮", *[""] * (len(columns) - 1))
+        r = table.iloc[at]
         t.add_row(str(int(r["step"])), _f(r["step_ns"] / 1e6), _f(r["forward_ns"] / 1e6), _f(r["backward_ns"] / 1e6),
                   _f(r["optimizer_ns"] / 1e6), *((_f(r["eval_ns"] / 1e6),) if evals else ()),
                   _f(r["comm_busy_ns"] / 1e6), _f(r["exposed_ns"] / 1e6),
@@ -104,8 +131,9 @@ def whole_run_tables(run: Run) -> SummaryTables:
                          incomplete_ranks=run.incomplete_ranks)
 
 
-def print_summary(run: Run | SummaryTables, console: Console | None = None) -> dict:
-    """Print the report of a loaded run (Run) or of partitioned.summarize's tables."""
+def print_summary(run: Run | SummaryTables, console: Console | None = None, all_steps: bool = False) -> dict:
+    """Print the report of a loaded run (Run) or of partitioned.summarize's tables (``all_steps``:
+    every row of the step table, however many; else see STEP_ROWS)."""
     tabs = run if isinstance(run, SummaryTables) else whole_run_tables(run)
     # Wide enough for the tables when piped (rich assumes 80 columns without a terminal).
     console = console or Console(width=None if sys.stdout.isatty() else 130)
@@ -137,7 +165,7 @@ def print_summary(run: Run | SummaryTables, console: Console | None = None) -> d
     if not len(tabs.steps):
         console.print("[red]No complete step recorded.[/]")
         return s
-    console.print(step_table(tabs.step_table))
+    console.print(step_table(tabs.step_table, all_steps))
     if len(tabs.bucket_table):
         console.print(bucket_table(tabs.bucket_table))
     if len(tabs.collective_table):
@@ -205,7 +233,10 @@ def write_json(run: Run | SummaryTables, out=None) -> None:
               "(.syncviz-cache, left by `syncviz trace` or an earlier summary) holds the report for exactly these "
               "files and this syncviz. Without it (and without --json or --dask) such a report is printed from the cache, "
               "with a line on stderr saying so.")
-def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=False):
+@click.option("--all-steps", is_flag=True, help=f"Print every step's row. Default: a run of more than {STEP_ROWS} "
+              f"steps prints its first and last {STEP_ENDS} and the {STEP_SLOWEST} slowest between them (--json has "
+              "every step).")
+def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=False, all_steps=False):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
     if whole:
         r = load_run(run)
@@ -213,7 +244,7 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
             warn_problems(r)
             write_json(r)
         else:
-            print_summary(r)
+            print_summary(r, all_steps=all_steps)
     else:
         def progress(msg):
             if sys.stderr.isatty():
@@ -226,7 +257,7 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
         if kept is not None:
             click.echo(f"syncviz summary: printed from {Path(run) / RC.CACHE_DIR}, kept for exactly these files "
                        "(--fresh summarizes them again)", err=True)
-            print_summary(kept)
+            print_summary(kept, all_steps=all_steps)
             return
         with contextlib.ExitStack() as stack:
             # --json: the workers write the bucket rows as JSON text here (a place they all reach)
@@ -250,7 +281,7 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
                 warn_problems(tables)
                 write_json(tables)
             else:
-                print_summary(tables)
+                print_summary(tables, all_steps=all_steps)
             # what the dashboard needs to open this run without reading it whole (views/runcache.py)
             if RC.put_summary(run, tables, sig):
                 progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
