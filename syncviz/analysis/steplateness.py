@@ -63,8 +63,8 @@ def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
     order = np.argsort(steps, kind="stable")      # a step's rows keep their order
     if (order != np.arange(len(order))).any():
         table, steps = table.take(pa.array(order)), steps[order]
-    keys, lo = np.unique(steps, return_index=True)
-    hi = np.r_[lo[1:], len(steps)]
+    lo = np.r_[0, np.flatnonzero(steps[1:] != steps[:-1]) + 1]     # steps sorted: where each begins
+    keys, hi = steps[lo], np.r_[lo[1:], len(steps)]                  # (np.unique sorted them again: 4.7 ms)
     table = table.combine_chunks()        # one chunk, one dictionary: a slice is one batch
     with pa.ipc.new_file(path, _SCHEMA, options=_WRITE) as w:
         for a, b in zip(lo, hi):
