@@ -302,6 +302,8 @@ def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypa
     for col, frame in zip(["a", "b"], spill.group_quantiles(only_whole, ["g"], ["a", "b"])):
         ref = quantiles(frames[-1].astype({"b": float}), "g", col)
         pd.testing.assert_frame_equal(frame, ref, check_exact=True, check_index_type=False)
+    monkeypatch.setattr(spill, "MAX_OPEN", 2)        # fewer open files than pieces: closed and opened again
+    pd.testing.assert_frame_equal(spill.group_medians(pieces, ["g"], ["a", "b"]), med, check_exact=True)
     zero = spill.narrow(np.array([0.0, -0.0]))
     assert zero.dtype == np.float64 and np.signbit(zero[1])
     assert spill.narrow(np.array([1, 2**40])).dtype == np.float64
