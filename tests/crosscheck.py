@@ -88,7 +88,19 @@ def profiler_exposed(run, folder, first_step: int = 2) -> dict:
     that event also holds the post hooks that run after the gradient is ready (DDP's reducer copying
     it into its bucket and launching the bucket's all-reduce, ~0.7 ms of a 4 MB bucket here), which
     DESIGN's backward compute does not; counting it as compute made this rebuild read exposed comm
-    ~0.8-1.3 ms (median, 5-10%) below syncviz's. With the op's end: within 0.01-0.03 ms (median)."""
+    ~0.8-1.3 ms (median, 5-10%) below syncviz's. With the op's end: within 0.01-0.03 ms (median).
+
+    A collective's end is the gloo:all_reduce range's end, but never after the step's optimizer
+    starts: DDP waits for every bucket's work in its final autograd callback, before backward()
+    returns, so each all-reduce of a step is complete by then. The gloo worker thread closes its
+    profiler range after completing the work, and on a busy machine it is descheduled in between.
+    In 4 traced runs here (64 rank-steps, session 31), 12 rank-steps read syncviz 8% or more below
+    this rebuild; each of the six whose intervals were printed (10-25% below) had a gloo range ending
+    1.8-4.2 ms after the optimizer had started, and after it had ended. With the clip: 1 of 64
+    rank-steps 8% or more below in 4 fresh runs, none of 48 in 3 runs beside a busy loop; on four
+    saved runs recomputed both ways, the worst rank-steps -9.7, -0.3, -6.0, -14% became -2.1, -0.3,
+    -2.1, -14%, medians unchanged (-0.05..-0.12%). The CI run that failed this cross-check in
+    session 30 (median -6.4%, four rank-steps 12-35% below) is the same sign and size."""
     out = {}
     for info in run.meta["ranks"]:
         r = info["rank"]
@@ -112,10 +124,12 @@ def profiler_exposed(run, folder, first_step: int = 2) -> dict:
             inside = lambda x: lo <= x[0] < hi  # noqa: E731
             f = [x for x in funcs if inside(x)]
             a = [x for x in acc if inside(x)]
-            compute = [fwd[k]] + [x for x in opt if inside(x)]
+            o = [x for x in opt if inside(x)]
+            compute = [fwd[k]] + o
             if f and a:
                 compute.append((min(s for s, _ in f), max(e for _, e in a)))
-            c = [x for x in comm if inside(x)]
+            done_by = min((s for s, _ in o), default=float("inf"))     # complete before the optimizer starts
+            c = [(s, min(e, max(s, done_by))) for s, e in comm if inside((s, e))]
             busy = _union_len(c)
             covered = sum(_union_len(_clip(compute, s, e)) for s, e in _merge(c))
             out[(r, first_step + k)] = busy - covered
