@@ -105,7 +105,7 @@ def _op_bytes(pairs: list, steady: list[int]) -> pd.DataFrame:
         return pd.DataFrame(columns=OP_COLUMNS)
     # (rank, step) pairs with any wire row: counted on integer codes (MultiIndex.nunique made a
     # tuple a row: 1.2 s of the 10^8-event summary's main process for ~800,000 pairs)
-    n = K.dense_codes(K.group_codes(*(t.index.get_level_values(k).to_numpy() for k in ("rank", "step"))))[1]
+    n = K.distinct_pairs(*(t.index.get_level_values(k).to_numpy() for k in ("rank", "step")))
     per_pair = t["calls"].unstack("op").fillna(0)
     g = t.groupby(level="op")
     return pd.DataFrame({"bytes_per_step": g["bytes"].sum() / n, "count_per_step": g["calls"].sum() / n,

@@ -219,6 +219,11 @@ def max_by_key(src: list, values: np.ndarray, dst: list) -> tuple[np.ndarray, np
     return top[d], seen[d]
 
 
+def distinct_pairs(a: np.ndarray, b: np.ndarray) -> int:
+    """How many distinct (a, b) pairs there are."""
+    return dense_codes(group_codes(a, b))[1] if len(a) else 0
+
+
 def ordered_codes(*cols) -> tuple[np.ndarray, int]:
     """Dense codes 0..k-1 of integer key columns, in the lexicographic order of their values (a
     sorted groupby's group numbers), and k. The combined code is built in one int64 array, in place

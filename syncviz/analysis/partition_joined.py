@@ -71,11 +71,6 @@ def min_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out.astype(values.dtype)
 
 
-def distinct_pairs(a: np.ndarray, b: np.ndarray) -> int:
-    """How many distinct (a, b) pairs there are."""
-    return K.dense_codes(K.group_codes(a, b))[1] if len(a) else 0
-
-
 def spill_by(scratch, tag, keys: list, values: list, names: tuple = ()):
     """spill.write_piece of rows grouped by ``keys`` ((column, strings or None) pairs, sorted by
     value); ``names``: the values' (spill.Piece)."""
@@ -292,7 +287,7 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
         out["skew"] = skew_table(c, hw)
         out["exposed"] = exposed_by_identity(c, hw)
         out["exposed_total"] = int(c["exposed"][hw].sum())
-        out["rank_steps"] = distinct_pairs(c["rank"][hw], c["step"][hw])
+        out["rank_steps"] = K.distinct_pairs(c["rank"][hw], c["step"][hw])
         hw_in_order = order[(wire & headline)[order]]
         stragglers(out, c, t, hw_in_order, events, scratch, tag)
     b = c["bucket_rows"]
@@ -309,4 +304,4 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
     m = np.flatnonzero(coll)
     if len(m):
         out["coll_sums"] = collective_sums(c, t, m)
-        out["coll_steps"] = distinct_pairs(c["rank"][m], c["step"][m])
+        out["coll_steps"] = K.distinct_pairs(c["rank"][m], c["step"][m])

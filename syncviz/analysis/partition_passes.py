@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis import jsonrows
+from syncviz.analysis import keys as K
 from syncviz.analysis import partial_views as PV
 from syncviz.analysis import partition_joined as PJ
 from syncviz.analysis import partition_facts as PF
@@ -118,5 +119,5 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     if hs.any():
         out["offload"] = pd.DataFrame({"name": extra["off_name"][hs].astype(object), "ms": extra["off_ns"][hs] / 1e6})
     s = np.isin(extra["step_step"], hsteps)
-    out["offload_n"] = PJ.distinct_pairs(extra["step_rank"][s], extra["step_step"][s])
+    out["offload_n"] = K.distinct_pairs(extra["step_rank"][s], extra["step_step"][s])
     return out

@@ -290,7 +290,6 @@ class JsonSize:
         return (round(self.written * self.total / self.done) if self.done else self.written), self.written
 
 
-
 def _combine(run_dir, meta, layouts, problems, incomplete, steps, h, hsteps, events, second, world_size, map_fn=map):
     s = {"name": meta.get("name") or run_dir.name, "strategy": meta.get("strategy", "?"),
          "engine": meta.get("engine", "torch"), "world_size": world_size,

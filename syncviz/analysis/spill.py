@@ -1,6 +1,6 @@
 """Exact medians over a run too big to hold: each partition writes the values it owns to a
 scratch file, sorted by group, and the combine step reads one group's values from every
-partition at a time (memory-mapped), so memory holds one group of one column, not the run.
+partition at a time (read into one array: _read), so memory holds one group of one column, not the run.
 
 Medians are exact and equal to pandas' (``Series.median`` / ``groupby(...).median()``: NaN
 skipped, the mean of the two middle values for an even count), not estimates: the summary must
