@@ -233,8 +233,9 @@ def test_run_too_big_to_open_whole_is_one_line(root, tmp_path):
 def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp_path):
     """Over the budget, a run is refused until `syncviz summary` has run on it; then the Runs
     list, the Replay (each step read alone from the rank files), Ratios' step figure, the Buckets
-    page's distributions and the Strategies page work without ever reading the run whole, with the
-    numbers a whole read gives, and a page that needs every event says so in one line."""
+    page's distributions, the Strategies and the Distributed pages work without ever reading the run
+    whole, with the numbers a whole read gives; a cache without a page's table (an older syncviz's)
+    makes that page say in one line that it needs every event."""
     from click.testing import CliRunner
     from syncviz.cli import cli
     from syncviz.dashboard import components as C
@@ -291,9 +292,9 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     finally:
         C.set_store(kept_store)
     assert not errors and len(split["data"]) and op_bytes["data"][0]["name"] == "all_reduce"
-    with pytest.raises(TraceError) as e:
-        run.distributed()
-    assert "needs every event" in str(e.value) and "\n" not in str(e.value)
+    # the Distributed page: per rank where the step goes, per op the calls, from the partitions
+    for kept, whole in zip(run.distributed(), truth.distributed()):
+        pd.testing.assert_frame_equal(kept, whole, check_exact=True)
     old = C._STORE
     C.set_store(store)
     try:
@@ -314,6 +315,12 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     finally:
         C.set_store(old)
     assert "needs every event" in json.dumps(skew_fig)
+    # nor the Distributed page's tables: the page says why in one line
+    for f in (big / RC.CACHE_DIR).glob("distributed*"):
+        f.unlink()
+    with pytest.raises(TraceError) as e:
+        RunStore(tmp_path / "runs", max_run_bytes=10_000).get("big").distributed()
+    assert "needs every event" in str(e.value) and "\n" not in str(e.value)
 
 
 def _same_drawn_step(view, whole):

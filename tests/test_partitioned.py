@@ -18,11 +18,13 @@ from rich.console import Console
 
 from syncviz import analysis as A
 from syncviz.analysis import jsonrows
+from syncviz.analysis.distributed import collective_kinds, rank_breakdown
 from syncviz.analysis import queueing as Q
 from syncviz.analysis.partitioned import measure, partitions, summarize
 from syncviz.cli import cli
 from syncviz.trace import TraceError, load_run
 from syncviz.trace import read as R
+from syncviz.trace import schema as S
 from syncviz.views.compare import run_comparison
 from syncviz.views.summary import _clean, print_summary, whole_run_tables, write_json
 from tracebuild import simulated_run
@@ -84,6 +86,11 @@ def _compare(run_dir: Path, jobs: int = 1, target_events: int = 1):
         _frame(new.offload, old.offload, "offload_table")
     assert new.problems == old.problems and new.incomplete_ranks == old.incomplete_ranks
     assert _text(new) == _text(old)
+    # the dashboard's Distributed page, as LoadedRun.distributed computes it from the whole run
+    ev = load_run(run_dir).events
+    steps, comm = A.step_metrics(ev), A.comm_metrics(ev, kinds=S.COMM_KINDS)
+    _frame(new.distributed[0], rank_breakdown(ev, steps, comm), "rank_breakdown")
+    _frame(new.distributed[1], collective_kinds(ev, steps, comm), "collective_kinds")
     # `syncviz summary --json`: the same bytes from the partitions' bucket rows (written in chunks of
     # 7 rows here, so that chunk and partition joins are exercised), and the reference's numbers
     with tempfile.TemporaryDirectory() as d:

@@ -164,13 +164,17 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     assert kept.get("comparison")["path"] == str(run)
     same({**kept.get("comparison"), "path": ""}, {**cold.comparison(), "path": ""}, "comparison")
     same(kept.get("op_bytes"), cold.op_bytes(), "op_bytes")
+    for k, r, what in zip(kept.get("distributed"), cold.distributed(), ("rank_breakdown", "collective_kinds")):
+        same(k, r, what)          # the Distributed page's, from the partitions
     warm = loaded(run)
     assert not warm._opened and warm.summary() == cold.summary()
     assert warm.partial is None and not warm._opened
     same_stats(warm.bucket_stats(), cold.bucket_stats())
     same({**warm.comparison(), "path": ""}, {**cold.comparison(), "path": ""}, "comparison")
     same(warm.op_bytes(), cold.op_bytes(), "op_bytes")
-    assert not warm._opened, "the Buckets and Strategies pages' tables came from what the summary kept"
+    for k, r, what in zip(warm.distributed(), cold.distributed(), ("rank_breakdown", "collective_kinds")):
+        same(k, r, what)
+    assert not warm._opened, "the Buckets, Strategies and Distributed pages' tables came from what the summary kept"
 
 
 def same_stats(kept: tuple, ref: tuple) -> None:

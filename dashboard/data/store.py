@@ -219,11 +219,11 @@ class RunStore:
                 f"({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb)")
         if RC.RunCache(path, sig).get("facts") is None:
             raise TooBig(f"{what}; run `syncviz summary {path}` once (it summarizes the run in partitions and keeps "
-                         f"what the Runs, Replay, Ratios, Buckets and Strategies pages need), or "
+                         f"what the Runs, Replay, Ratios, Buckets, Strategies and Distributed pages need), or "
                          f"`syncviz export perfetto {path} --steps A:B`")
-        return (f"{what}: this page needs every event. The Runs, Replay (one step at a time), Ratios, Buckets and "
-                f"Strategies pages work on it; `syncviz summary`, `syncviz compare` and `syncviz export html` read it "
-                f"whole in bounded memory")
+        return (f"{what}: this page needs every event (`syncviz summary {path}` keeps what the Runs, Replay, Ratios, "
+                f"Buckets, Strategies and Distributed pages need: run it again if this syncviz is newer than the one "
+                f"that ran it); `syncviz summary`, `syncviz compare` and `syncviz export html` read it whole in bounded memory")
 
     def _keep_recent(self, name: str) -> None:
         """Keep the MAX_LOADED most recently used runs in memory (a 1M-event run holds ~1 GB once

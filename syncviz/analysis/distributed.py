@@ -10,7 +10,7 @@ import pandas as pd
 from syncviz.analysis.intervals import subtract_intervals, wire_mask
 from syncviz.analysis.metrics import _busbw_factors, comm_metrics, headline_steps, step_metrics
 from syncviz.analysis.tables import exposed_intervals
-from syncviz.analysis.timeline import collective_parts
+from syncviz.analysis.timeline import wait_of
 from syncviz.trace import schema as S
 from syncviz.analysis.columns import as_str
 
@@ -47,22 +47,40 @@ def rank_breakdown(events: pd.DataFrame, steps: pd.DataFrame | None = None,
     of the step: data loading, host work, idle); they add up to ``step_ns``. ``steps`` and
     ``comm``: step_metrics and comm_metrics (all comm kinds) of ``events``, when already computed."""
     h, ev = _headline_events(events, steps)
+    if not len(h):
+        return breakdown_of(h, None)
+    comm = _headline_comm(ev, h, comm)
+    comm = comm[wire_mask(comm)].reset_index(drop=True) if len(comm) else comm
+    return breakdown_of(h, waiting_exposed(exposed_intervals(ev), comm))
+
+
+def waiting_exposed(exposed: pd.DataFrame, comm: pd.DataFrame) -> pd.Series:
+    """Per (rank, step): how long its exposed intervals (tables.exposed_intervals) lie inside a
+    collective's wait (launch → service start: timeline.wait_of); ``comm``: its wire rows
+    (comm_metrics: rank, step, start_ns, end_ns, service_ns). Only (rank, step) pairs with exposed
+    time are listed. Each pair needs its own rank's rows alone, so the partitioned summary's second
+    pass computes it per partition (partition_passes.pass2)."""
+    if not len(comm) or not len(exposed):
+        return pd.Series(dtype=float)
+    wait = np.nan_to_num(wait_of(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(),
+                                 comm["service_ns"].to_numpy(dtype=float)), nan=0.0)
+    w = comm.loc[wait > 0, ["rank", "step", "start_ns"]].copy()
+    w["end_ns"] = (w["start_ns"] + wait[wait > 0]).astype(np.int64)
+    # exposed ∩ waiting = exposed − (exposed minus waiting)
+    rest = subtract_intervals(exposed, w) if len(w) else exposed
+    return _length(exposed).sub(_length(rest), fill_value=0)
+
+
+def breakdown_of(h: pd.DataFrame, waiting: pd.Series | None) -> pd.DataFrame:
+    """rank_breakdown from the headline step_metrics rows ``h`` and waiting_exposed of their
+    (rank, step) pairs (of any partitions of ranks, concatenated)."""
     cols = ["rank", "step_ns", *BREAKDOWN]
     if not len(h):
         return pd.DataFrame(columns=cols)
     t = h.set_index(["rank", "step"])[["step_ns", "compute_ns", "overlapped_ns", "exposed_ns"]].astype(float)
-    exposed = exposed_intervals(ev)
-    comm = _headline_comm(ev, h, comm)
-    comm = comm[wire_mask(comm)].reset_index(drop=True) if len(comm) else comm
-    waiting_exposed = pd.Series(0.0, index=t.index)
-    if len(comm) and len(exposed):
-        wait = collective_parts(comm)["wait_ns"].fillna(0.0).to_numpy()
-        w = comm.loc[wait > 0, ["rank", "step", "start_ns"]].copy()
-        w["end_ns"] = (w["start_ns"] + wait[wait > 0]).astype(np.int64)
-        # exposed ∩ waiting = exposed − (exposed minus waiting)
-        rest = subtract_intervals(exposed, w) if len(w) else exposed
-        waiting_exposed = (_length(exposed).sub(_length(rest), fill_value=0)).reindex(t.index).fillna(0.0)
-    t["waiting_ns"] = waiting_exposed.clip(lower=0).to_numpy()
+    waiting = waiting.reindex(t.index).fillna(0.0) if waiting is not None and len(waiting) \
+        else pd.Series(0.0, index=t.index)
+    t["waiting_ns"] = waiting.clip(lower=0).to_numpy()
     t["computation_ns"] = t["compute_ns"] - t["overlapped_ns"]
     t["communication_ns"] = t["exposed_ns"] - t["waiting_ns"]
     t["other_ns"] = (t["step_ns"] - t["compute_ns"] - t["exposed_ns"]).clip(lower=0)
@@ -76,24 +94,56 @@ def collective_kinds(events: pd.DataFrame, steps: pd.DataFrame | None = None,
     ``bytes`` (as the collective counts them), ``bus_bytes`` (bytes × nccl-tests' bus factor: what
     the links carry), ``time_ns`` (summed durations, queued time included) and ``mean_ns`` per call."""
     h, ev = _headline_events(events, steps)
-    cols = ["op", "calls", "calls_min", "calls_max", "bytes", "bus_bytes", "time_ns", "mean_ns"]
     comm = _headline_comm(ev, h, comm)
-    if not len(comm):
+    if len(comm):
+        comm = comm[wire_mask(comm)]
+        part = kinds_part(as_str(comm["op"]).to_numpy(), comm["group_size"].to_numpy(), comm["rank"].to_numpy(),
+                          comm["step"].to_numpy(), comm["bytes"].to_numpy(), comm["duration_ns"].to_numpy(dtype=float))
+    return kinds_of([part] if len(comm) else [], h)
+
+
+KIND_SUMS = ("calls", "bytes", "time_ns", "timed")
+
+
+def kinds_part(op: np.ndarray, group_size: np.ndarray, rank: np.ndarray, step: np.ndarray, nbytes: np.ndarray,
+               duration: np.ndarray) -> dict:
+    """What collective_kinds sums of some headline wire rows (op names, group sizes, ranks, steps, bytes,
+    durations: NaN where clock error hides them): per (op, group size) calls, bytes, summed and counted
+    durations; per (rank, step, op) calls. Sums of integers (durations are whole nanoseconds), so the
+    parts of any partitions add up to the whole run's exactly."""
+    op = np.where(op == "", "other", op).astype(object) if len(op) else op.astype(object)
+    timed = ~np.isnan(duration)
+    f = pd.DataFrame({"op": op, "group_size": group_size.astype(np.int64), "calls": np.ones(len(op), dtype=np.int64),
+                      "bytes": nbytes.astype(np.int64), "time_ns": np.where(timed, duration, 0.0),
+                      "timed": timed.astype(np.int64)})
+    sums = f.groupby(["op", "group_size"])[list(KIND_SUMS)].sum()
+    pairs = pd.DataFrame({"rank": rank, "step": step, "op": op}).groupby(["rank", "step", "op"]).size()
+    return {"sums": sums, "pairs": pairs}
+
+
+def kinds_of(parts: list[dict], h: pd.DataFrame) -> pd.DataFrame:
+    """collective_kinds from kinds_part of disjoint sets of rows (partitions of ranks) and the
+    headline step_metrics rows ``h``."""
+    cols = ["op", "calls", "calls_min", "calls_max", "bytes", "bus_bytes", "time_ns", "mean_ns"]
+    parts = [p for p in parts if len(p["pairs"])]
+    if not parts:
         return pd.DataFrame(columns=cols)
-    comm = comm[wire_mask(comm)]
     n = max(1, len(h))                       # (rank, step) pairs
-    factor = _busbw_factors(comm["op"], comm["group_size"])   # busbw_factor, vectorized
-    f = pd.DataFrame({"op": as_str(comm["op"]).replace("", "other").to_numpy(),
-                      "rank": comm["rank"].to_numpy(), "step": comm["step"].to_numpy(),
-                      "bytes": comm["bytes"].to_numpy(dtype=float), "bus_bytes": comm["bytes"].to_numpy(dtype=float) * factor,
-                      "time_ns": comm["duration_ns"].to_numpy(dtype=float)})
+    sums = pd.concat([p["sums"] for p in parts]).groupby(level=["op", "group_size"]).sum()
+    ops, sizes = sums.index.get_level_values("op"), sums.index.get_level_values("group_size")
+    # busbw_factor per (op, group size), times the bytes summed in integers
+    bus = sums["bytes"].to_numpy(dtype=float) * _busbw_factors(pd.Series(ops.to_numpy(), dtype=object),
+                                                               pd.Series(sizes.to_numpy()))
+    sums = sums.assign(bus_bytes=bus).groupby(level="op").sum()
     # calls of each op in each headline (rank, step), zero where a pair made none
-    per_pair = f.groupby(["rank", "step", "op"]).size().unstack("op")
+    per_pair = pd.concat([p["pairs"] for p in parts]).unstack("op")
     if len(h):
         per_pair = per_pair.reindex(pd.MultiIndex.from_frame(h[["rank", "step"]]))
     per_pair = per_pair.fillna(0).astype(np.int64)
-    g = f.groupby("op")
-    out = pd.DataFrame({"calls": g.size() / n, "calls_min": per_pair.min(), "calls_max": per_pair.max(),
-                        "bytes": g["bytes"].sum() / n, "bus_bytes": g["bus_bytes"].sum() / n,
-                        "time_ns": g["time_ns"].sum() / n, "mean_ns": g["time_ns"].mean()})
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = sums["time_ns"].to_numpy(dtype=float) / sums["timed"].to_numpy(dtype=float)
+    out = pd.DataFrame({"calls": sums["calls"] / n, "calls_min": per_pair.min(), "calls_max": per_pair.max(),
+                        "bytes": sums["bytes"] / n, "bus_bytes": sums["bus_bytes"] / n,
+                        "time_ns": sums["time_ns"] / n, "mean_ns": pd.Series(mean, index=sums.index)})
+    out.index.name = "op"
     return out.reset_index()[cols].sort_values("time_ns", ascending=False).reset_index(drop=True)

@@ -14,6 +14,7 @@ from syncviz.analysis import keys as K
 from syncviz.analysis import partial_views as PV
 from syncviz.analysis import partition_joined as PJ
 from syncviz.analysis import partition_local as PL
+from syncviz.analysis.tables import exposed_arrays
 from syncviz.trace import read as R
 from syncviz.trace import spans as SP
 from syncviz.trace.partition_read import read_partition
@@ -114,15 +115,19 @@ def step_facts(ev: E.EventArrays) -> dict:
 def pass2_extras(ev: E.EventArrays, local: PL.Local) -> dict:
     """What pass 2 needs of the partition's other rows: how many rows there were, each step's
     timeline origin (views.timeline.step_origin: the earliest compute or comm start), the offload
-    rows and the (rank, step) pairs that have a step row."""
+    rows, the (rank, step) pairs that have a step row, and the exposed intervals (tables.exposed_arrays,
+    for the Distributed view's waiting time: distributed.waiting_exposed)."""
     comp = local.comp
     steps = np.r_[comp[1], local.comm["step"]]
     origin = min_by_step(steps, np.r_[comp[2], local.comm["launch"]], "start_ns")
     off = np.flatnonzero((ev.kind == E.OFFLOAD) & (ev.end >= ev.start) & (ev.start >= 0))
     st = np.flatnonzero(ev.kind == E.STEP)
+    c = local.comm
+    ex = exposed_arrays(comp, (c["rank"], c["step"], c["launch"], c["end"]))
     return {"rows": np.array([len(ev)]), "order": local.order, "origin_step": origin.index.to_numpy(), "origin": origin.to_numpy(),
             "off_step": ev.step[off], "off_name": np.asarray(ev.names[ev.name[off]].tolist(), dtype=str),
-            "off_ns": ev.end[off] - ev.start[off], "step_rank": ev.rank[st], "step_step": ev.step[st]}
+            "off_ns": ev.end[off] - ev.start[off], "step_rank": ev.rank[st], "step_step": ev.step[st],
+            "ex_rank": ex[0], "ex_step": ex[1], "ex_start": ex[2], "ex_end": ex[3]}
 
 
 def compare_partial(ev: E.EventArrays, c: dict) -> dict:

@@ -92,7 +92,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
            "rank_steps": 0, "buckets": None, "bucket_first": None, "coll_sums": None,
            "coll_steps": 0, "offload": None, "offload_n": 0, "late": None, "n_at_max": None, "wait": None,
            "strag_steps": set(), "strag": None, "json": None, "lateness": None, "tb_first": None, "tb_medians": None,
-           "histograms": None, "replay": None, "origin": None, "bucket_n": 0}
+           "histograms": None, "replay": None, "origin": None, "bucket_n": 0, "waiting": None, "kinds": None}
     if c is None or not int(extra["rows"][0]):
         return out
     t = PJ.comm_times(c, idents, events)
@@ -115,6 +115,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
             out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", PV.bucket_rows(frame))
     if len(c["step"]):
         PJ.aggregate(out, c, t, order, np.isin(c["step"], hsteps), events, scratch, tag)
+        out["waiting"], out["kinds"] = PJ.distributed_parts(c, t, extra, hsteps)
     hs = np.isin(extra["off_step"], hsteps)
     if hs.any():
         out["offload"] = pd.DataFrame({"name": extra["off_name"][hs].astype(object), "ms": extra["off_ns"][hs] / 1e6})

@@ -41,6 +41,7 @@ import pandas as pd
 
 from syncviz.analysis.headline import headline, verdict
 from syncviz.analysis import comparison as CM
+from syncviz.analysis import distributed as D
 from syncviz.analysis import partial_views as PV
 from syncviz.analysis import partials as P
 from syncviz.analysis import partition_joined as PJ
@@ -78,6 +79,7 @@ class SummaryTables:
     replay: dict | None = None                  # summarize(replay_dir=): what the Replay needs (runcache.put_summary)
     bucket_stats: tuple | None = None           # the dashboard's bucket_stats (partials.combine_bucket_stats)
     op_bytes: pd.DataFrame | None = None        # the dashboard's op_bytes (summarize(compare=True))
+    distributed: tuple | None = None            # the dashboard's Distributed page: (rank_breakdown, collective_kinds)
 
     @property
     def name(self) -> str:
@@ -258,6 +260,9 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.op_bytes = CM.headline_op_bytes(compared) if compare else None
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])
+        waiting = [r["waiting"] for r in second if r["waiting"] is not None and len(r["waiting"])]
+        tables.distributed = (D.breakdown_of(h, pd.concat(waiting) if waiting else None),
+                              D.kinds_of([r["kinds"] for r in second if r["kinds"] is not None], h))
         tables.bucket_stats = P.combine_bucket_stats(second, map_fn)
         if replay_dir is not None and all(r["replay"] is not False for r in second):
             origin = PV.reduce_step_first([r["origin"] for r in second])

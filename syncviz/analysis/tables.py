@@ -8,8 +8,8 @@ import pandas as pd
 
 from syncviz.trace import schema as S
 from syncviz.trace import Run
-from syncviz.analysis.intervals import (_groups, comm_rows, compute_intervals, merge_intervals,  # noqa: F401
-                                        subtract_intervals, wire_mask)
+from syncviz.analysis.intervals import (_groups, comm_rows, compute_intervals, group_spans,  # noqa: F401
+                                        merge_intervals, subtract_intervals, wire_mask)
 from syncviz.analysis.metrics import (NS, _ms, bucket_metrics, busbw_factor, comm_metrics,  # noqa: F401
                                       headline_steps, skew, step_metrics)
 from syncviz.analysis.columns import as_str
@@ -163,9 +163,18 @@ def exposed_intervals(run_or_events: Run | pd.DataFrame,
     cols = ["rank", "step", "start_ns", "end_ns"]
     if not len(comm):
         return pd.DataFrame(columns=cols)
-    idx, (cc, mc), _, _ = _groups(comp, comm)
-    cg, cs, ce = merge_intervals(cc, comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy())
-    mg, ms, me = merge_intervals(mc, comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
+    return pd.DataFrame(dict(zip(cols, exposed_arrays(*(tuple(f[c].to_numpy() for c in cols) for f in (comp, comm))))))
+
+
+def exposed_arrays(comp: tuple, comm: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """exposed_intervals on arrays: ``comp`` and ``comm`` are (rank, step, start, end) of the compute
+    intervals and the comm rows; returns the exposed pieces' (rank, step, start, end), sorted by
+    (rank, step, start). The partitioned summary's first pass keeps them (the Distributed view)."""
+    if not len(comm[0]):
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
+    (ranks, steps), (cc, mc), _, _ = group_spans(comp, comm)
+    cg, cs, ce = merge_intervals(cc, comp[2], comp[3])
+    mg, ms, me = merge_intervals(mc, comm[2], comm[3])
     # Sweep the boundaries of both unions; between consecutive boundaries of a group the state is
     # constant, and a piece is exposed where comm is on and compute is off.
     g = np.r_[mg, mg, cg, cg]
@@ -177,9 +186,7 @@ def exposed_intervals(run_or_events: Run | pd.DataFrame,
     on_comm, on_comp = np.cumsum(d_comm[order]) > 0, np.cumsum(d_comp[order]) > 0
     keep = np.r_[(g[1:] == g[:-1]) & (t[1:] > t[:-1]) & on_comm[:-1] & ~on_comp[:-1], False]
     pg, ps, pe = merge_intervals(g[keep], t[keep], t[np.flatnonzero(keep) + 1])
-    return pd.DataFrame({"rank": idx.get_level_values(0).to_numpy()[pg].astype(int),
-                         "step": idx.get_level_values(1).to_numpy()[pg].astype(int),
-                         "start_ns": ps, "end_ns": pe})
+    return ranks[pg].astype(int), steps[pg].astype(int), ps, pe
 
 
 def launch_lateness(run_or_events: Run | pd.DataFrame) -> pd.DataFrame:

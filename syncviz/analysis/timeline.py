@@ -54,8 +54,15 @@ def collective_parts(comm: pd.DataFrame) -> pd.DataFrame:
     if not len(comm):
         return out.assign(wait_ns=pd.Series(dtype=float), lane=pd.Series(dtype=np.int64))
     svc = comm["service_ns"] if "service_ns" in comm else comm_service(comm)["service_ns"]
-    dur = (comm["end_ns"] - comm["start_ns"]).to_numpy(dtype=float)
-    service = np.minimum(svc.reindex(comm.index).to_numpy(dtype=float), dur)
-    out["wait_ns"] = np.where(np.isnan(service), np.nan, dur - service)
+    out["wait_ns"] = wait_of(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(),
+                             svc.reindex(comm.index).to_numpy(dtype=float))
     out["lane"] = lanes(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(), groups=comm["rank"].to_numpy())
     return out
+
+
+def wait_of(start: np.ndarray, end: np.ndarray, service: np.ndarray) -> np.ndarray:
+    """collective_parts' ``wait_ns`` on arrays: launch → done less the service (at most the whole
+    of it), NaN where the service is (clock error)."""
+    dur = (end - start).astype(float)
+    service = np.minimum(service, dur)
+    return np.where(np.isnan(service), np.nan, dur - service)

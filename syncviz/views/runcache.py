@@ -77,11 +77,12 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     index), ``summary`` and ``steps`` (the step table in step order). These are the values the
     dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
     opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios,
-    Buckets and Strategies.
+    Buckets, Strategies and Distributed.
     Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
     ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness),
     ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats),
-    ``comparison`` and ``op_bytes``: the Strategies page's (summarize(compare=True)).
+    ``comparison`` and ``op_bytes``: the Strategies page's (summarize(compare=True)), ``distributed``:
+    the Distributed page's (distributed.rank_breakdown and collective_kinds, from the partitions).
     ``sig``: the run's signature taken before summarizing; nothing is written when the files changed
     since, or while the run is recording. False when nothing was written."""
     run_dir = Path(run_dir)
@@ -105,6 +106,8 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
         cache.put("comparison", run_comparison(tables))
     if tables.op_bytes is not None:
         cache.put("op_bytes", tables.op_bytes)
+    if tables.distributed is not None:   # the Distributed page: per rank where the step goes, per op the calls
+        cache.put("distributed", tables.distributed)
     if tables.replay is not None:        # the Replay draws a step from the drawn ranks' events alone
         put_replay(cache, tables.replay)
     # the rest of what `syncviz summary` prints: it prints from the cache next time (kept_report)
