@@ -13,6 +13,7 @@ from syncviz.analysis.tables import exposed_intervals
 from syncviz.analysis.timeline import wait_of
 from syncviz.trace import schema as S
 from syncviz.analysis.columns import as_str
+from syncviz.analysis import keys as K
 
 BREAKDOWN = ("computation_ns", "overlapped_ns", "communication_ns", "waiting_ns", "other_ns")
 
@@ -59,13 +60,22 @@ def waiting_exposed(exposed: pd.DataFrame, comm: pd.DataFrame) -> pd.Series:
     collective's wait (launch → service start: timeline.wait_of); ``comm``: its wire rows
     (comm_metrics: rank, step, start_ns, end_ns, service_ns). Only (rank, step) pairs with exposed
     time are listed. Each pair needs its own rank's rows alone, so the partitioned summary's second
-    pass computes it per partition (partition_passes.pass2)."""
+    pass computes it per partition (partition_joined.distributed_parts)."""
     if not len(comm) or not len(exposed):
         return pd.Series(dtype=float)
-    wait = np.nan_to_num(wait_of(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy(),
-                                 comm["service_ns"].to_numpy(dtype=float)), nan=0.0)
-    w = comm.loc[wait > 0, ["rank", "step", "start_ns"]].copy()
-    w["end_ns"] = (w["start_ns"] + wait[wait > 0]).astype(np.int64)
+    return waiting_exposed_arrays(exposed, *(comm[k].to_numpy() for k in ("rank", "step", "start_ns", "end_ns")),
+                                  comm["service_ns"].to_numpy(dtype=float))
+
+
+def waiting_exposed_arrays(exposed: pd.DataFrame, rank: np.ndarray, step: np.ndarray, start: np.ndarray,
+                           end: np.ndarray, service: np.ndarray) -> pd.Series:
+    """waiting_exposed with the wire rows as arrays (a partition's ~660,000 rows are not made a frame)."""
+    if not len(rank) or not len(exposed):
+        return pd.Series(dtype=float)
+    wait = np.nan_to_num(wait_of(start, end, service), nan=0.0)
+    k = wait > 0
+    w = pd.DataFrame({"rank": rank[k], "step": step[k], "start_ns": start[k],
+                      "end_ns": (start[k] + wait[k]).astype(np.int64)})
     # exposed ∩ waiting = exposed − (exposed minus waiting)
     rest = subtract_intervals(exposed, w) if len(w) else exposed
     return _length(exposed).sub(_length(rest), fill_value=0)
@@ -95,29 +105,50 @@ def collective_kinds(events: pd.DataFrame, steps: pd.DataFrame | None = None,
     the links carry), ``time_ns`` (summed durations, queued time included) and ``mean_ns`` per call."""
     h, ev = _headline_events(events, steps)
     comm = _headline_comm(ev, h, comm)
+    parts = []
     if len(comm):
         comm = comm[wire_mask(comm)]
-        part = kinds_part(as_str(comm["op"]).to_numpy(), comm["group_size"].to_numpy(), comm["rank"].to_numpy(),
-                          comm["step"].to_numpy(), comm["bytes"].to_numpy(), comm["duration_ns"].to_numpy(dtype=float))
-    return kinds_of([part] if len(comm) else [], h)
+        op, names = pd.factorize(as_str(comm["op"]).to_numpy())
+        parts.append(kinds_part(op, np.asarray(names, dtype=object), comm["group_size"].to_numpy(),
+                                comm["rank"].to_numpy(), comm["step"].to_numpy(), comm["bytes"].to_numpy(),
+                                comm["duration_ns"].to_numpy(dtype=float)))
+    return kinds_of(parts, h)
 
 
-KIND_SUMS = ("calls", "bytes", "time_ns", "timed")
-
-
-def kinds_part(op: np.ndarray, group_size: np.ndarray, rank: np.ndarray, step: np.ndarray, nbytes: np.ndarray,
-               duration: np.ndarray) -> dict:
-    """What collective_kinds sums of some headline wire rows (op names, group sizes, ranks, steps, bytes,
-    durations: NaN where clock error hides them): per (op, group size) calls, bytes, summed and counted
-    durations; per (rank, step, op) calls. Sums of integers (durations are whole nanoseconds), so the
-    parts of any partitions add up to the whole run's exactly."""
-    op = np.where(op == "", "other", op).astype(object) if len(op) else op.astype(object)
+def kinds_part(op: np.ndarray, names: np.ndarray, group_size: np.ndarray, rank: np.ndarray, step: np.ndarray,
+               nbytes: np.ndarray, duration: np.ndarray) -> dict:
+    """What collective_kinds sums of some headline wire rows (``op``: codes into ``names``, the op
+    names; group sizes, ranks, steps, bytes, durations: NaN where clock error hides them): per (op,
+    group size) calls, bytes, summed and counted durations; per (rank, step, op) calls. Sums of
+    integers (durations are whole nanoseconds: their float sums are exact below 2^53), so the parts of
+    any partitions add up to the whole run's exactly. On codes, not strings: pandas' groupby of a
+    partition's ~660,000 op names cost ~90 ms of it."""
+    names = np.asarray(["other" if n == "" else str(n) for n in names], dtype=object)
+    if not len(op):
+        return {"sums": None, "pairs": None}
+    g, k = K.ordered_codes(op, group_size)
+    first = np.zeros(k, dtype=np.int64)
+    first[g] = np.arange(len(g))
+    nb = np.bincount(g, weights=nbytes, minlength=k)
+    if nb.max() < 2.0 ** 53:                 # float sums of integers below 2^53 are exact
+        nb = nb.astype(np.int64)
+    else:
+        nb = np.zeros(k, dtype=np.int64)
+        np.add.at(nb, g, np.asarray(nbytes, dtype=np.int64))
     timed = ~np.isnan(duration)
-    f = pd.DataFrame({"op": op, "group_size": group_size.astype(np.int64), "calls": np.ones(len(op), dtype=np.int64),
-                      "bytes": nbytes.astype(np.int64), "time_ns": np.where(timed, duration, 0.0),
-                      "timed": timed.astype(np.int64)})
-    sums = f.groupby(["op", "group_size"])[list(KIND_SUMS)].sum()
-    pairs = pd.DataFrame({"rank": rank, "step": step, "op": op}).groupby(["rank", "step", "op"]).size()
+    sums = pd.DataFrame({"calls": np.bincount(g, minlength=k).astype(np.int64), "bytes": nb,
+                         "time_ns": np.bincount(g, weights=np.where(timed, duration, 0.0), minlength=k),
+                         "timed": np.bincount(g, minlength=k, weights=timed).astype(np.int64)},
+                        index=pd.MultiIndex.from_arrays([names[op[first]], np.asarray(group_size)[first].astype(np.int64)],
+                                                        names=["op", "group_size"]))
+    p, m = K.ordered_codes(rank, step, op)
+    at = np.zeros(m, dtype=np.int64)
+    at[p] = np.arange(len(p))
+    pairs = pd.Series(np.bincount(p, minlength=m).astype(np.int64),
+                      index=pd.MultiIndex.from_arrays([np.asarray(rank)[at], np.asarray(step)[at], names[op[at]]],
+                                                      names=["rank", "step", "op"]))
+    if len(set(names)) < len(names):        # "" and "other" are both "other"
+        pairs = pairs.groupby(level=[0, 1, 2]).sum()
     return {"sums": sums, "pairs": pairs}
 
 
@@ -125,7 +156,7 @@ def kinds_of(parts: list[dict], h: pd.DataFrame) -> pd.DataFrame:
     """collective_kinds from kinds_part of disjoint sets of rows (partitions of ranks) and the
     headline step_metrics rows ``h``."""
     cols = ["op", "calls", "calls_min", "calls_max", "bytes", "bus_bytes", "time_ns", "mean_ns"]
-    parts = [p for p in parts if len(p["pairs"])]
+    parts = [p for p in parts if p["pairs"] is not None and len(p["pairs"])]
     if not parts:
         return pd.DataFrame(columns=cols)
     n = max(1, len(h))                       # (rank, step) pairs

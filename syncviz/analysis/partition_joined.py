@@ -308,18 +308,18 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
         out["coll_steps"] = K.distinct_pairs(c["rank"][m], c["step"][m])
 
 
-def distributed_parts(c: dict, t: dict, extra: dict, hsteps: list[int]) -> tuple[pd.Series, dict]:
+def distributed_parts(c: dict, t: dict, extra: dict, hsteps: list[int], headline: np.ndarray) -> tuple[pd.Series, dict]:
     """The Distributed view's inputs from the partition, over the headline steps: distributed.waiting_exposed
     of its (rank, step) pairs (the exposed intervals pass 1 kept, partition_facts.pass2_extras, and the
     wire rows' waits, which need the service times of this pass) and distributed.kinds_part of its wire
-    rows. partitioned.py combines them (distributed.breakdown_of, kinds_of)."""
-    w = np.flatnonzero(is_wire(c["kind"], c["bucket"]) & np.isin(c["step"], hsteps))
-    comm = pd.DataFrame({"rank": c["rank"][w], "step": c["step"][w], "start_ns": c["launch"][w], "end_ns": c["end"][w],
-                         "service_ns": t["service_ns"][w]})
+    rows (``headline``: which comm rows are of headline steps). partitioned.py combines them
+    (distributed.breakdown_of, kinds_of)."""
+    w = np.flatnonzero(is_wire(c["kind"], c["bucket"]) & headline)
     x = np.isin(extra["ex_step"], hsteps)
     exposed = pd.DataFrame({"rank": extra["ex_rank"][x], "step": extra["ex_step"][x], "start_ns": extra["ex_start"][x],
                             "end_ns": extra["ex_end"][x]})
-    ops = np.asarray(c["ops"], dtype=object)
-    kinds = D.kinds_part(ops[c["op"][w]] if len(ops) else np.full(len(w), "", dtype=object), c["group_size"][w],
-                         c["rank"][w], c["step"][w], c["bytes"][w], t["duration_ns"][w])
-    return D.waiting_exposed(exposed, comm), kinds
+    rank, step = c["rank"][w], c["step"][w]
+    waiting = D.waiting_exposed_arrays(exposed, rank, step, c["launch"][w], c["end"][w], t["service_ns"][w])
+    kinds = D.kinds_part(c["op"][w], np.asarray(c["ops"], dtype=object), c["group_size"][w], rank, step,
+                         c["bytes"][w], t["duration_ns"][w])
+    return waiting, kinds

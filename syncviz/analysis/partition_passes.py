@@ -114,8 +114,9 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
         if json_dir is not None:
             out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", PV.bucket_rows(frame))
     if len(c["step"]):
-        PJ.aggregate(out, c, t, order, np.isin(c["step"], hsteps), events, scratch, tag)
-        out["waiting"], out["kinds"] = PJ.distributed_parts(c, t, extra, hsteps)
+        headline = np.isin(c["step"], hsteps)
+        PJ.aggregate(out, c, t, order, headline, events, scratch, tag)
+        out["waiting"], out["kinds"] = PJ.distributed_parts(c, t, extra, hsteps, headline)
     hs = np.isin(extra["off_step"], hsteps)
     if hs.any():
         out["offload"] = pd.DataFrame({"name": extra["off_name"][hs].astype(object), "ms": extra["off_ns"][hs] / 1e6})
