@@ -318,13 +318,15 @@ def test_replay_tables_kept_whole_or_not_at_all(tmp_path, monkeypatch):
 
     def short_second(path, *args, **kwargs):
         read.append(path)
-        table = real(path, *args, **kwargs)
-        return table.slice(1) if len(read) == 2 else table
+        piece = real(path, *args, **kwargs)
+        if len(read) == 2:
+            piece = {k: v[1:] if isinstance(v, np.ndarray) else v for k, v in piece.items()}
+        return piece
     monkeypatch.setattr(steplateness, "read_back", short_second)
     got = summarize(run, jobs=1, target_events=1, replay_dir=str(tmp_path))
     assert len(read) >= 2 and got.replay is None
     assert not _same(got.summary, plain.summary)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in read if Path(p).name != "lateness-000001.arrow")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).name for p in read if Path(p).name != "lateness-000001.lat")
     monkeypatch.setattr(steplateness, "read_back", real)
     (tmp_path / "again").mkdir()
     kept = summarize(run, jobs=1, target_events=1, replay_dir=str(tmp_path / "again"))

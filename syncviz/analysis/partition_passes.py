@@ -103,7 +103,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     out["lateness"] = PV.rank_step_lateness(late)
     if replay_dir is not None:
         try:
-            out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.arrow", late)
+            out["replay"] = steplateness.write_piece(Path(replay_dir) / f"lateness-{part:06d}.lat", late)
         except steplateness.NotKept:      # the summary then keeps no Replay tables (never some ranks' only)
             out["replay"] = False
         out["origin"] = pd.Series(extra["origin"], index=pd.Index(extra["origin_step"], name="step"), name="start_ns")
