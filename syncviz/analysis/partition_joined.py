@@ -316,8 +316,7 @@ def distributed_parts(c: dict, t: dict, extra: dict, hsteps: list[int], headline
     (distributed.breakdown_of, kinds_of)."""
     w = np.flatnonzero(is_wire(c["kind"], c["bucket"]) & headline)
     x = np.isin(extra["ex_step"], hsteps)
-    exposed = pd.DataFrame({"rank": extra["ex_rank"][x], "step": extra["ex_step"][x], "start_ns": extra["ex_start"][x],
-                            "end_ns": extra["ex_end"][x]})
+    exposed = tuple(extra[k][x] for k in ("ex_rank", "ex_step", "ex_start", "ex_end"))
     rank, step = c["rank"][w], c["step"][w]
     waiting = D.waiting_exposed_arrays(exposed, rank, step, c["launch"][w], c["end"][w], t["service_ns"][w])
     kinds = D.kinds_part(c["op"][w], np.asarray(c["ops"], dtype=object), c["group_size"][w], rank, step,
