@@ -78,10 +78,8 @@ def waiting_exposed_arrays(exposed: tuple | None, rank: np.ndarray, step: np.nda
         inside = length - np.bincount(row, weights=(e - s).astype(float), minlength=len(length))
     else:
         inside = np.zeros(len(length))
-    codes, n = K.ordered_codes(exposed[0], exposed[1])
-    first = np.zeros(n, dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
-    return pd.Series(np.bincount(codes, weights=inside, minlength=n),
+    first, codes = K.group_rows(exposed[0], exposed[1])
+    return pd.Series(np.bincount(codes, weights=inside, minlength=len(first)),
                      index=pd.MultiIndex.from_arrays([exposed[0][first], exposed[1][first]], names=["rank", "step"]))
 
 
@@ -130,9 +128,8 @@ def kinds_part(op: np.ndarray, names: np.ndarray, group_size: np.ndarray, rank: 
     names = np.asarray(["other" if n == "" else str(n) for n in names], dtype=object)
     if not len(op):
         return {"sums": None, "pairs": None}
-    g, k = K.ordered_codes(op, group_size)
-    first = np.zeros(k, dtype=np.int64)
-    first[g] = np.arange(len(g))
+    first, g = K.group_rows(op, group_size)
+    k = len(first)
     nb = np.bincount(g, weights=nbytes, minlength=k)
     if nb.max() < 2.0 ** 53:                 # float sums of integers below 2^53 are exact
         nb = nb.astype(np.int64)
@@ -145,10 +142,8 @@ def kinds_part(op: np.ndarray, names: np.ndarray, group_size: np.ndarray, rank: 
                          "timed": np.bincount(g, minlength=k, weights=timed).astype(np.int64)},
                         index=pd.MultiIndex.from_arrays([names[op[first]], np.asarray(group_size)[first].astype(np.int64)],
                                                         names=["op", "group_size"]))
-    p, m = K.ordered_codes(rank, step, op)
-    at = np.zeros(m, dtype=np.int64)
-    at[p] = np.arange(len(p))
-    pairs = pd.Series(np.bincount(p, minlength=m).astype(np.int64),
+    at, p = K.group_rows(rank, step, op)
+    pairs = pd.Series(np.bincount(p, minlength=len(at)).astype(np.int64),
                       index=pd.MultiIndex.from_arrays([np.asarray(rank)[at], np.asarray(step)[at], names[op[at]]],
                                                       names=["rank", "step", "op"]))
     if len(set(names)) < len(names):        # "" and "other" are both "other"

@@ -224,6 +224,14 @@ def distinct_pairs(a: np.ndarray, b: np.ndarray) -> int:
     return dense_codes(group_codes(a, b))[1] if len(a) else 0
 
 
+def group_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
+    """A sorted groupby of integer (or code) columns: each group's first row, each row's group."""
+    codes, n = ordered_codes(*cols)
+    first = np.full(n, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return first, codes
+
+
 def ordered_codes(*cols) -> tuple[np.ndarray, int]:
     """Dense codes 0..k-1 of integer key columns, in the lexicographic order of their values (a
     sorted groupby's group numbers), and k. The combined code is built in one int64 array, in place

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from syncviz.analysis import keys as K
 from syncviz.analysis import partition_joined as PJ
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
@@ -75,7 +76,7 @@ def rank_step_lateness(late: pd.DataFrame | None) -> pd.DataFrame | None:
     # differences): pandas' three aggregations took ~1.3% of the 10^8-event summary's CPU (py-spy);
     # tests/test_partition_engine.py compares the two
     rank, step = late["rank"].to_numpy(), late["step"].to_numpy()
-    first, codes = PJ.group_rows(rank, step)
+    first, codes = K.group_rows(rank, step)
     n = len(first)
     index = pd.MultiIndex.from_arrays([rank[first], step[first]], names=["rank", "step"])
     return pd.DataFrame({"sum": PJ.int_sums(codes, late["late_ns"].to_numpy(), n),

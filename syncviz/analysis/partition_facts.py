@@ -72,7 +72,7 @@ def comm_facts(out: dict, steps: pd.DataFrame, c: dict, idents: dict) -> None:
     out["steps"] = steps
     b = np.flatnonzero(c["kind"] == E.BUCKET)
     if len(b):
-        first, codes = PJ.group_rows(c["step"][b], c["micro"][b], c["bucket"][b])
+        first, codes = K.group_rows(c["step"][b], c["micro"][b], c["bucket"][b])
         at = b[first]
         out["bucket_first"] = pd.Series(PJ.min_by(codes, c["launch"][b], len(first)), name="launch_ns",
                                         index=pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], c["bucket"][at]],
@@ -91,7 +91,7 @@ def by_step(step: np.ndarray, values: list, names: list, reduce: list) -> list[p
     if not len(step):
         empty = pd.Index(np.zeros(0, dtype=step.dtype), name="step")
         return [pd.Series(np.zeros(0, dtype=v.dtype), index=empty, name=n) for v, n in zip(values, names)]
-    first, codes = PJ.group_rows(step)
+    first, codes = K.group_rows(step)
     index = pd.Index(step[first], name="step")
     out = []
     for v, n, f in zip(values, names, reduce):
@@ -137,7 +137,7 @@ def compare_partial(ev: E.EventArrays, c: dict) -> dict:
     w = np.flatnonzero(PL.is_wire(c["kind"], c["bucket"]))
     pairs = None
     if len(w):
-        first, codes = PJ.group_rows(c["rank"][w], c["step"][w], c["op"][w])
+        first, codes = K.group_rows(c["rank"][w], c["step"][w], c["op"][w])
         at, n = w[first], len(first)
         idx = pd.MultiIndex.from_arrays([c["rank"][at], c["step"][at], c["ops"][c["op"][at]]], names=["rank", "step", "op"])
         pairs = pd.DataFrame({"calls": np.bincount(codes, minlength=n).astype(np.int64),
@@ -156,6 +156,6 @@ def sums_by_step(step: np.ndarray, columns: dict[str, np.ndarray]) -> pd.DataFra
     own sums when rank_pass combines their kept passes."""
     if not len(step):
         return pd.DataFrame({k: pd.Series(dtype=np.int64) for k in columns}, index=pd.Index([], dtype=np.int64, name="step"))
-    first, codes = PJ.group_rows(step)
+    first, codes = K.group_rows(step)
     n = len(first)
     return pd.DataFrame({k: PJ.int_sums(codes, v, n) for k, v in columns.items()}, index=pd.Index(step[first], name="step"))

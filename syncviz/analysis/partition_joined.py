@@ -57,14 +57,6 @@ def int_sums(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def group_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
-    """A sorted groupby of integer (or code) columns: each group's first row, each row's group."""
-    codes, n = K.ordered_codes(*cols)
-    first = np.full(n, len(codes), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    return first, codes
-
-
 def min_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Minimum of ``values`` per group."""
     out = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
@@ -79,7 +71,7 @@ def spill_by(scratch, tag, keys: list, values: list, names: tuple = ()):
         return None
     if not keys:
         return spill.write_groups(scratch, tag, [()], np.zeros(len(values[0]), dtype=np.int64), values, names)
-    first, codes = group_rows(*(k for k, _ in keys))
+    first, codes = K.group_rows(*(k for k, _ in keys))
     cols = [(names_[k[first]] if names_ is not None else k[first]).tolist() for k, names_ in keys]
     return spill.write_groups(scratch, tag, list(zip(*cols)), codes, values, names)
 
@@ -124,7 +116,7 @@ def collective_by_phase_op(key: tuple) -> tuple | None:
 
 def skew_table(c: dict, rows: np.ndarray) -> pd.DataFrame:
     """Earliest and latest launch of each (step, micro, kind, bucket, name) among the rows."""
-    first, codes = group_rows(*(c[k][rows] for k in ("step", "micro", "kind", "bucket", "name")))
+    first, codes = K.group_rows(*(c[k][rows] for k in ("step", "micro", "kind", "bucket", "name")))
     n = len(first)
     lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
     launch = c["launch"][rows]
@@ -252,7 +244,7 @@ def bucket_frame(c: dict, t: dict) -> pd.DataFrame:
 def bucket_sums(c: dict, rows: np.ndarray, at: np.ndarray) -> pd.DataFrame:
     """Per (layout, bucket) of the bucket rows ``rows`` (``at``: their places in ``bucket_rows``):
     largest bytes and the first row's dtype."""
-    first, codes = group_rows(c["layout"][at], c["bucket"][rows])
+    first, codes = K.group_rows(c["layout"][at], c["bucket"][rows])
     nbytes = np.full(len(first), np.iinfo(np.int64).min)
     np.maximum.at(nbytes, codes, c["bytes"][rows])
     idx = pd.MultiIndex.from_arrays([c["layout"][at[first]], c["bucket"][rows[first]]], names=["layout", "bucket"])
@@ -261,7 +253,7 @@ def bucket_sums(c: dict, rows: np.ndarray, at: np.ndarray) -> pd.DataFrame:
 
 def collective_sums(c: dict, t: dict, rows: np.ndarray) -> pd.DataFrame:
     """Per (phase, op) of the rows: calls, bytes, service and exposed time (sums)."""
-    first, codes = group_rows(c["phase"][rows], c["op"][rows])
+    first, codes = K.group_rows(c["phase"][rows], c["op"][rows])
     n, at = len(first), rows[first]
     idx = pd.MultiIndex.from_arrays([c["phases"][c["phase"][at]], c["ops"][c["op"][at]]], names=["phase", "op"])
     return pd.DataFrame({"calls": np.bincount(codes, minlength=n).astype(np.int64),

@@ -30,25 +30,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from syncviz.analysis.partition_local import small_ints
+
 LATENESS_COLUMNS = ["rank", "step", "micro", "bucket", "late_ns", "label"]
 _TYPES = {"rank": np.int32, "step": np.int64, "micro": np.int32, "bucket": np.int64, "late_ns": np.int64,
           "label": np.int32}      # label: codes into the piece's dictionary
 _MAGIC = b"syncviz lateness 2\n"
 # the step column is not stored (a step's rows are together: the header says where each begins)
 _STORED = [c for c in LATENESS_COLUMNS if c != "step"]
-
-
-def _narrow(v: np.ndarray) -> np.ndarray:
-    """Integers in the smallest type that holds them (read back in their own type: KeptLateness):
-    ranks, micro-steps, buckets and label codes fit a byte or two, so a piece of the 10^8-event DDP
-    run takes ~10 bytes a row instead of 36."""
-    if not len(v):
-        return v
-    lo, hi = int(v.min()), int(v.max())
-    for t in (np.int8, np.int16, np.int32):
-        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return v.astype(t) if np.dtype(t).itemsize < v.dtype.itemsize else v
-    return v
 
 
 class NotKept(Exception):
@@ -82,7 +71,7 @@ def write_piece(path: str | Path, late: pd.DataFrame) -> dict | None:
         return None
     path = Path(path)
     cols, labels = _columns(late)
-    stored = {c: _narrow(cols[c]) for c in _STORED}      # narrowed first: less to reorder
+    stored = {c: small_ints(cols[c]) for c in _STORED}      # narrowed first: less to reorder
     steps = cols["step"]
     if (steps[1:] < steps[:-1]).any():
         order = np.argsort(steps, kind="stable")
