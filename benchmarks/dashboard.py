@@ -52,7 +52,15 @@ window.__shown = {};
 // when the page received each key press (capture phase, before the slider handles it)
 window.__keys = [];
 window.addEventListener('keydown', function () { window.__keys.push(performance.now()); }, true);
+window.__heat = {};
 setInterval(function () {
+  // the lateness heatmap under the timeline (its layout.meta.step): painted when, the same way
+  var hg = document.querySelector('#replay-lateness .js-plotly-plot');
+  var h = hg && hg.layout && hg.layout.meta ? hg.layout.meta.step : undefined;
+  if (h !== undefined && !(h in window.__heat)) {
+    window.__heat[h] = 0;
+    requestAnimationFrame(function () { setTimeout(function () { window.__heat[h] = performance.now(); }, 0); });
+  }
   var gd = document.querySelector('.timeline.front .js-plotly-plot');
   if (!gd || !gd._fullLayout || !gd.layout || !gd.layout.meta || !gd.data || !gd.data.length) return;
   var s = gd.layout.meta.step;
@@ -377,7 +385,8 @@ def main(argv=None) -> int:
         warm_detail = timeline_of_open(driver)
 
         lags = []       # ms from the harness's request of a key press to the page's keydown (not counted)
-        moves = []      # (key, server ms or None, painted ms, received ms or None, data source, from the page's copy, shown ms)
+        moves = []      # (key, server ms or None, painted ms, received ms or None, data source, from the page's copy,
+        #                  shown ms, heatmap painted ms or None)
         keys = [Keys.ARROW_RIGHT] * (args.moves // 2) + [Keys.PAGE_UP] * (args.moves - args.moves // 2)
         step = start
         for key in keys:
@@ -388,6 +397,16 @@ def main(argv=None) -> int:
             lags.append(lag)
             drawn = wait_drawn(driver, expect)
             shown = driver.execute_script("return window.__shown[arguments[0]];", expect)
+            heat = None          # the lateness heatmap of the step, where the page shows one
+            for _ in range(100):
+                heat = driver.execute_script("""
+                    var box = document.getElementById('replay-lateness-box');
+                    if (!box || box.style.display === 'none') return -1;
+                    return window.__heat[arguments[0]] || null;""", expect)
+                if heat is not None:
+                    break
+                time.sleep(0.02)
+            heat = heat - t0 if heat is not None and heat > 0 else None
             time.sleep(0.05)
             draws = [c for c in driver.execute_script("return window.__calls;")
                      if c["t0"] >= t0 and "replay-timeline.figure" in c["out"] and c["t1"] is not None]
@@ -395,7 +414,7 @@ def main(argv=None) -> int:
                 "return document.querySelector('.timeline.front .js-plotly-plot').layout.meta.source;")
             moves.append(("→" if key == Keys.ARROW_RIGHT else "PgUp",
                           max((c["server"] for c in draws if c["server"] is not None), default=None), drawn - t0,
-                          max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0))
+                          max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0, heat))
             step = expect
     finally:
         driver.quit()
@@ -425,6 +444,10 @@ def main(argv=None) -> int:
               f"{max(m[2] for m in served):.0f} ms; of which until the response arrived: median "
               f"{statistics.median(m[3] for m in served):.0f} ms, until Plotly had it: median "
               f"{statistics.median(m[6] for m in served):.0f} ms (the rest is the browser painting it)")
+        heats = [m[7] for m in served if m[7] is not None]
+        if heats:          # after the timeline since session 33 (pages/replay.py draw())
+            print(f"    its lateness heatmap painted: median {statistics.median(heats):.0f} ms, max {max(heats):.0f} ms "
+                  f"after the key press")
     if kept:
         print(f"  drawn from the page's copy, drawn ahead ({len(kept)}): key press -> drawn in the browser median "
               f"{statistics.median(m[2] for m in kept):.0f} ms painted, max {max(m[2] for m in kept):.0f} ms (no round trip: the "
@@ -441,7 +464,7 @@ def main(argv=None) -> int:
     print("  each move (key: server ms / painted ms, source): " + ", ".join(
         f"{k}: {'copy' if c else f'{ms:.0f}'}/{b:.0f} "
         f"({'block' if src.startswith('block') else 'kept' if src.startswith('kept') else 'alone'})"
-        for k, ms, b, _, src, c, _ in moves))
+        for k, ms, b, _, src, c, *_ in moves))
     # Exit status reflects the targets only with --strict: on a shared machine they measure the load too.
     return 0 if (ok_open and ok_slider and ok_painted) or not args.strict else 1
 

@@ -267,13 +267,22 @@ def test_hover_shows_bucket_details(server, browser):
 
 
 def test_many_ranks_aggregated(server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     base, _ = server
     browser.get(f"{base}/replay?run=synth24")
     wait_for(lambda: shown_step(browser) == 1, "synth24 drawn")
     ticks = graph(browser, "replay-timeline")["ticks"]
     assert any("fastest step" in t for t in ticks) and any("launches last" in t for t in ticks)
     heat = wait_for(lambda: graph(browser, "replay-lateness"), "lateness heatmap")
-    assert heat["traces"][0][1] == "heatmap" and heat["traces"][0][2] == 24
+    assert heat["traces"][0][1] == "heatmap" and heat["traces"][0][2] == 24 and heat["meta"] == {"step": 1}
+    # a step drawn by the server: its heatmap follows the painted timeline, and is no longer dimmed
+    last = int(browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").get_attribute("aria-valuemax"))
+    browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").send_keys(Keys.END)
+    wait_for(lambda: shown_step(browser) == last, "the last step drawn", driver=browser)
+    wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": last}, "its heatmap")
+    wait_for(lambda: not browser.find_element(By.ID, "replay-lateness-box").get_attribute("style"), "heatmap shown in full")
+    assert not js_errors(browser)
     browser.save_screenshot(str(SHOTS / "replay-24-ranks.png"))
 
 
@@ -420,7 +429,8 @@ def test_run_too_big_to_read_whole(tmp_path_factory, browser):
         thumb.send_keys(Keys.END)
         wait_for(lambda: shown_step(browser) == 39, "big: the last step drawn", driver=browser)
         assert graph(browser, "replay-timeline")["meta"]["source"] == "kept tables and the drawn ranks"
-        heat = wait_for(lambda: graph(browser, "replay-lateness"), "big: lateness heatmap")
+        heat = wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": 39} and
+                        graph(browser, "replay-lateness"), "big: the last step's lateness heatmap")
         assert heat["traces"][0][2] == 32
         browser.save_screenshot(str(SHOTS / "replay-big-run.png"))
         # the Buckets page's distributions from what the summary kept (a box per bucket)

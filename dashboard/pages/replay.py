@@ -50,6 +50,8 @@ def layout(**_query):
         dcc.Store(id="replay-run"),     # the run whose steps the slider holds (set with them)
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
         dcc.Store(id="replay-ahead"),   # the step after it, drawn while this one is looked at (draw_ahead)
+        dcc.Store(id="replay-painted"),  # replay-drawn, once the browser has painted it (draw_ahead starts then)
+        dcc.Store(id="replay-late"),    # draw()'s heatmap, handed to Plotly once its timeline is painted
         dcc.Store(id="replay-want"),    # [run, step, lane mode, nonce]: a step the browser has no copy of
         dcc.Store(id="replay-served"),  # the replay-want draw() answered last (an ask not answered is in flight)
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
@@ -151,6 +153,8 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     fig["layout"]["meta"].update({"step": int(step), "lanes": lanes, "source": view.source})
     late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and {what} (ms after the first rank)")
             if lanes == "spread" else dash.no_update)
+    if isinstance(late, dict):        # which step it shows (the page and its tests match it by this)
+        late["layout"]["meta"] = {"step": int(step)}
     info = step_cards(view)
     run.analyse_in_background()
     run.prefetch_neighbours(step, STEP_TABLES[lanes])     # a run read one step at a time
@@ -222,7 +226,7 @@ def _render(name, step, mode) -> tuple:
         return (TL.empty_figure("nothing to draw"), TL.empty_figure(""), {"display": "none"}, [],
                 C.error_card(C.problem_text(e)), drawn)
     fig["layout"]["meta"]["key"] = drawn      # what was asked for: the page matches its copies by it
-    return fig, late, {} if show_late else {"display": "none"}, info, None, drawn
+    return fig, late, {} if show_late else {"display": "none"}, C.as_json(info), None, drawn
 
 
 # A step change, in the browser first: the step after the one on screen is drawn ahead (draw_ahead,
@@ -304,17 +308,34 @@ dash.clientside_callback(
 )
 
 
+# Shown on the heatmap box while it still holds the step before (draw() sends the new one aside).
+PENDING_STYLE = {"opacity": 0.35}
+
+
 @dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS], *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
-               Output("replay-served", "data"), Input("replay-want", "data"), prevent_initial_call=True)
+               Output("replay-served", "data"), Output("replay-late", "data"), Input("replay-want", "data"),
+               prevent_initial_call=True)
 def draw(want):
     """The slider moved (or play, or Live, or the lane mode changed) to a step the page has no copy
     of: draw it, in replay-timeline, brought to the front. ``want``: [run, step, lane mode, nonce]
     (the nonce makes a repeated ask a change); a 5th item SHOWN: the page moved to a step it drew
-    itself while an ask was in flight, and asks again only so that Dash drops that one's answer."""
+    itself while an ask was in flight, and asks again only so that Dash drops that one's answer.
+
+    The lateness heatmap goes to replay-late ({"key", "fig", "style"}), not to its graph: the page
+    hands it to Plotly once the timeline is painted (the replay-painted callback below), and dims the heatmap of
+    the step before until then. Why: Plotly took ~35 ms for the 300 × 243 heatmap of the 1,024-rank
+    run before the timeline's paint could start; a jump was painted a median 284 ms after the key
+    press with it, 260 ms without (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event
+    ZeRO-3 run, session 33)."""
     if not isinstance(want, list) or len(want) < 3 or (len(want) > 4 and want[4] == SHOWN):
-        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 1)
+        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 2)
     name, step, mode = want[:3]
-    return (*render(name, step, mode), *FRONT, want)
+    out = list(render(name, step, mode))
+    late = dash.no_update
+    if isinstance(out[1], dict) and out[2] != {"display": "none"}:    # a heatmap to show: after the paint
+        late = {"key": out[5][:3], "fig": out[1], "style": out[2]}
+        out[1], out[2] = dash.no_update, PENDING_STYLE
+    return (*out, *FRONT, want, late)
 
 
 def files_version(sig: tuple) -> str:
@@ -323,8 +344,49 @@ def files_version(sig: tuple) -> str:
     return f"{len(sig)}:{sum(size for _, size, _ in sig)}:{max((mtime for *_, mtime in sig), default=0)}"
 
 
+# replay-drawn once the browser has painted it: the first task after the next
+# animation frame (whose style, layout and paint run before it); draw() sends its heatmap then, and
+# draw_ahead waits for it. Why: on two cores the server's
+# draw of the next step (~70-100 ms of CPU) took the CPU the browser needed to paint this one in
+# software WebGL; a jump (PgUp, drawn by the server) was painted a median 316-381 ms after the key
+# press with the draw ahead starting when the response landed, 229 ms with it started 0.3 s later
+# (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run, session 33).
+dash.clientside_callback(
+    """
+    function(drawn, late) {
+        // Plotly is handed the figure after this store changes (dcc.Graph draws in a later task):
+        // wait, a frame at a time, until the timeline in front holds the step (2 s at most: an
+        // error card holds none), then for the frame that paints it. Then the heatmap draw() sent
+        // aside for this step, if the timeline in front still holds it (not moved on meanwhile).
+        const no = dash_clientside.no_update, t0 = performance.now();
+        const holds = function (key) {
+            const gd = document.querySelector(".timeline.front .js-plotly-plot");
+            const k = gd && gd.layout && gd.layout.meta && gd.layout.meta.key;
+            return Array.isArray(k) && Array.isArray(key) && [0, 1, 2].every(i => k[i] === key[i]);
+        };
+        return new Promise(function (resolve) {
+            const wait = function () {
+                if (holds(drawn) || performance.now() - t0 > 2000) {
+                    requestAnimationFrame(function () { requestIdleCallback(function () {
+                        const mine = late && holds(late.key) && holds(drawn);
+                        resolve([drawn, mine ? late.fig : no, mine ? late.style : no]);
+                    }, {timeout: 200}); });
+                } else {
+                    requestAnimationFrame(wait);
+                }
+            };
+            wait();
+        });
+    }
+    """,
+    Output("replay-painted", "data"), Output("replay-lateness", "figure", allow_duplicate=True),
+    Output("replay-lateness-box", "style", allow_duplicate=True),
+    Input("replay-drawn", "data"), State("replay-late", "data"), prevent_initial_call=True,
+)
+
+
 @dash.callback(Output("replay-ahead", "data"), Output("replay-want", "data", allow_duplicate=True),
-               Input("replay-drawn", "data"), State("replay-step", "max"), prevent_initial_call=True)
+               Input("replay-painted", "data"), State("replay-step", "max"), prevent_initial_call=True)
 def draw_ahead(drawn, last):
     """The step after the one just drawn, for the page to keep ({"key": [run, step, lane mode],
     "out": the values of FIGURE_OUTPUTS, "skip": which of them to leave as they are}). Not for the
