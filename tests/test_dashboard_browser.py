@@ -282,6 +282,16 @@ def test_many_ranks_aggregated(server, browser):
     wait_for(lambda: shown_step(browser) == last, "the last step drawn", driver=browser)
     wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": last}, "its heatmap")
     wait_for(lambda: not browser.find_element(By.ID, "replay-lateness-box").get_attribute("style"), "heatmap shown in full")
+    # keys pressed faster than steps are drawn: the page settles on the slider's step, with that
+    # step's heatmap in full and the step after it drawn behind (not a step left on the way)
+    thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+    for key in (Keys.HOME, Keys.ARROW_RIGHT, Keys.END, Keys.ARROW_LEFT, Keys.ARROW_LEFT, Keys.HOME, Keys.ARROW_RIGHT):
+        thumb.send_keys(key)
+    wait_for(lambda: shown_step(browser) == 1, "settled on step 1", driver=browser)
+    wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": 1}, "step 1's heatmap")
+    wait_for(lambda: {side: step for _, side, step in browser.execute_script(STACK_JS)}.get("back") == 2,
+             "step 2 drawn behind", driver=browser)
+    assert not browser.find_element(By.ID, "replay-lateness-box").get_attribute("style")
     assert not js_errors(browser)
     browser.save_screenshot(str(SHOTS / "replay-24-ranks.png"))
 

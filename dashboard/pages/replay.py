@@ -358,7 +358,11 @@ dash.clientside_callback(
         // wait, a frame at a time, until the timeline in front holds the step (2 s at most: an
         // error card holds none), then for the frame that paints it. Then the heatmap draw() sent
         // aside for this step, if the timeline in front still holds it (not moved on meanwhile).
+        // A newer step on screen supersedes this wait (its own wait follows): nothing then, so that
+        // the server draws ahead of the step shown, not of one already left.
         const no = dash_clientside.no_update, t0 = performance.now();
+        const me = (window.__replayPaintedSeq = (window.__replayPaintedSeq || 0) + 1);
+        const superseded = () => window.__replayPaintedSeq !== me;
         const holds = function (key) {
             const gd = document.querySelector(".timeline.front .js-plotly-plot");
             const k = gd && gd.layout && gd.layout.meta && gd.layout.meta.key;
@@ -366,8 +370,11 @@ dash.clientside_callback(
         };
         return new Promise(function (resolve) {
             const wait = function () {
-                if (holds(drawn) || performance.now() - t0 > 2000) {
+                if (superseded()) {
+                    resolve([no, no, no]);
+                } else if (holds(drawn) || performance.now() - t0 > 2000) {
                     requestAnimationFrame(function () { requestIdleCallback(function () {
+                        if (superseded()) { resolve([no, no, no]); return; }
                         const mine = late && holds(late.key) && holds(drawn);
                         resolve([drawn, mine ? late.fig : no, mine ? late.style : no]);
                     }, {timeout: 200}); });
