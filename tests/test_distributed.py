@@ -59,3 +59,33 @@ def test_shared_tables_give_the_same_numbers(tmp_path):
     steps, comm = A.step_metrics(ev), A.comm_metrics(ev, kinds=S.COMM_KINDS)
     pd.testing.assert_frame_equal(rank_breakdown(ev, steps, comm), rank_breakdown(ev))
     pd.testing.assert_frame_equal(collective_kinds(ev, steps, comm), collective_kinds(ev))
+
+
+def test_waiting_exposed_equals_brute_force():
+    """exposed ∩ waiting per (rank, step) against a count of whole nanoseconds, on random intervals:
+    waits in other rank-steps, before, after, across and inside the exposed ones, overlapping each
+    other (the waits far from any exposed interval are left out of the subtraction: same sums)."""
+    from syncviz.analysis.distributed import waiting_exposed_arrays
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n_e, n_w = rng.integers(1, 12), rng.integers(0, 40)
+        ex = [rng.integers(0, 3, n_e), rng.integers(-1, 3, n_e)]
+        es = rng.integers(0, 60, n_e)
+        ex += [es, es + rng.integers(0, 15, n_e)]
+        rank, step = rng.integers(0, 4, n_w), rng.integers(-1, 4, n_w)
+        start = rng.integers(0, 80, n_w)
+        end = start + rng.integers(0, 30, n_w)
+        service = np.where(rng.random(n_w) < 0.2, np.nan, rng.integers(0, 30, n_w).astype(float))
+        got = waiting_exposed_arrays(tuple(np.asarray(a, dtype=np.int64) for a in ex), rank, step, start, end, service)
+        want = {}
+        for r, s, a, b in zip(*ex):     # each exposed interval's whole-ns points that some wait covers
+            waited = set()
+            for r2, s2, a2, b2, sv in zip(rank, step, start, end, service):
+                wait = 0 if np.isnan(sv) else max(0, (b2 - a2) - sv)
+                if (r2, s2) == (r, s) and wait > 0:
+                    waited |= set(range(a2, int(a2 + wait)))
+            key = (int(r), int(s))
+            want[key] = want.get(key, 0.0) + float(len(set(range(a, b)) & waited))
+        # pairs with nothing waited may be left out (no wire rows at all: an empty Series)
+        assert {k: float(v) for k, v in got.items() if v} == {k: v for k, v in want.items() if v}, trial
+        assert all(v == 0 for k, v in got.items() if k not in want), trial

@@ -70,7 +70,7 @@ def waiting_exposed_arrays(exposed: tuple | None, rank: np.ndarray, step: np.nda
     if exposed is None or not len(exposed[0]) or not len(rank):
         return pd.Series(dtype=float)
     wait = np.nan_to_num(wait_of(start, end, service), nan=0.0)
-    k = wait > 0
+    k = (wait > 0) & _near(exposed, rank, step, start, start + wait)
     waits = (rank[k], step[k], start[k], (start[k] + wait[k]).astype(np.int64))
     length = (exposed[3] - exposed[2]).astype(float)
     if k.any():
@@ -81,6 +81,27 @@ def waiting_exposed_arrays(exposed: tuple | None, rank: np.ndarray, step: np.nda
     first, codes = K.group_rows(exposed[0], exposed[1])
     return pd.Series(np.bincount(codes, weights=inside, minlength=len(first)),
                      index=pd.MultiIndex.from_arrays([exposed[0][first], exposed[1][first]], names=["rank", "step"]))
+
+
+def _near(exposed: tuple, rank: np.ndarray, step: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which of the intervals (rank, step, start, end) meet the span of their own (rank, step)'s
+    exposed intervals (first start to last end): only those can cut an exposed interval, so the
+    rest are left out of the subtraction, which gives the same pieces without them. Why: a DDP
+    partition of the 10^8-event run has ~660,000 waits and ~5,500 exposed intervals, about one a
+    rank-step at the end of its backward, and the waits' merge and sort were most of this function:
+    29 -> 18 ms a partition (7 ranks of that run, best of 3 each, the same Series; session 33)."""
+    er, es = np.asarray(exposed[0], dtype=np.int64), np.asarray(exposed[1], dtype=np.int64)
+    rank, step = np.asarray(rank, dtype=np.int64), np.asarray(step, dtype=np.int64)
+    r0, s0 = min(er.min(), rank.min()), min(es.min(), step.min())
+    span = max(es.max(), step.max()) - s0 + 1
+    pairs, at = np.unique((er - r0) * span + (es - s0), return_inverse=True)
+    lo = np.full(len(pairs), np.iinfo(np.int64).max)
+    hi = np.full(len(pairs), np.iinfo(np.int64).min)
+    np.minimum.at(lo, at, np.asarray(exposed[2], dtype=np.int64))
+    np.maximum.at(hi, at, np.asarray(exposed[3], dtype=np.int64))
+    key = (rank - r0) * span + (step - s0)
+    i = np.minimum(np.searchsorted(pairs, key), len(pairs) - 1)
+    return (pairs[i] == key) & (end > lo[i]) & (start < hi[i])
 
 
 def breakdown_of(h: pd.DataFrame, waiting: pd.Series | None) -> pd.DataFrame:
