@@ -31,7 +31,7 @@ def as_json(components):
     """Dash components as the plain JSON Dash would send for them (type, namespace, props). Why: a
     component in a callback's answer makes plotly's JSON encoder (orjson) fall back to walking every
     value of the answer, figures included: 12.5 ms for a Replay step of the 1,024-rank run against
-    3.1 ms for its figures and cards apart (benchmarks/scale.py's 10^8-event ZeRO-3 run, session 33)."""
+    3.6 ms with its cards as plain JSON (benchmarks/scale.py's 10^8-event ZeRO-3 run, session 33)."""
     import orjson
     from plotly.io.json import to_json_plotly
     return orjson.loads(to_json_plotly(components))

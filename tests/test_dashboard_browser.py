@@ -296,6 +296,32 @@ def test_many_ranks_aggregated(server, browser):
     browser.save_screenshot(str(SHOTS / "replay-24-ranks.png"))
 
 
+def test_replay_without_request_idle_callback(server, browser):
+    """Safari has no requestIdleCallback: the wait for the paint falls back to a timeout, so the
+    heatmap of a step the server drew still arrives, and the step after it is still drawn behind."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    base, _ = server
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                     {"source": "delete window.requestIdleCallback; window.requestIdleCallback = undefined;"})
+    try:
+        browser.get(f"{base}/replay?run=synth24")
+        wait_for(lambda: shown_step(browser) == 1, "synth24 drawn", driver=browser)
+        assert browser.execute_script("return typeof window.requestIdleCallback;") == "undefined"
+        thumb = browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]")
+        last = int(thumb.get_attribute("aria-valuemax"))
+        thumb.send_keys(Keys.END)
+        wait_for(lambda: shown_step(browser) == last, "the last step drawn", driver=browser)
+        thumb.send_keys(Keys.HOME)                  # step 0: drawn by the server, with a step after it
+        wait_for(lambda: shown_step(browser) == 0, "step 0 drawn", driver=browser)
+        wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": 0}, "step 0's heatmap")
+        wait_for(lambda: {side: step for _, side, step in browser.execute_script(STACK_JS)}.get("back") == 1,
+                 "step 1 drawn behind", driver=browser)
+        assert not js_errors(browser)
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
 def test_unknown_run_in_the_address_is_an_error(server, browser):
     base, _ = server
     browser.get(f"{base}/replay?run=does-not-exist")

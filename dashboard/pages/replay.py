@@ -344,12 +344,12 @@ def files_version(sig: tuple) -> str:
     return f"{len(sig)}:{sum(size for _, size, _ in sig)}:{max((mtime for *_, mtime in sig), default=0)}"
 
 
-# replay-drawn once the browser has painted it: the first task after the next
-# animation frame (whose style, layout and paint run before it); draw() sends its heatmap then, and
-# draw_ahead waits for it. Why: on two cores the server's
-# draw of the next step (~70-100 ms of CPU) took the CPU the browser needed to paint this one in
-# software WebGL; a jump (PgUp, drawn by the server) was painted a median 316-381 ms after the key
-# press with the draw ahead starting when the response landed, 229 ms with it started 0.3 s later
+# replay-drawn once the browser has painted it: when it is idle after the animation frame that
+# paints the timeline holding that step (style, layout and paint run in the frame); draw()'s heatmap
+# is handed to Plotly then, and draw_ahead waits for it. Why: on two cores the server's draw of the
+# next step (~70-100 ms of CPU) took the CPU the browser needed to paint this one in software WebGL;
+# a jump (PgUp, drawn by the server) was painted a median 316-381 ms after the key press with the
+# draw ahead starting when the answer landed, 229 ms with it started 0.3 s later by hand
 # (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run, session 33).
 dash.clientside_callback(
     """
@@ -361,6 +361,7 @@ dash.clientside_callback(
         // A newer step on screen supersedes this wait (its own wait follows): nothing then, so that
         // the server draws ahead of the step shown, not of one already left.
         const no = dash_clientside.no_update, t0 = performance.now();
+        const idle = window.requestIdleCallback || function (f) { return setTimeout(f, 0); };   // Safari has none
         const me = (window.__replayPaintedSeq = (window.__replayPaintedSeq || 0) + 1);
         const superseded = () => window.__replayPaintedSeq !== me;
         const holds = function (key) {
@@ -373,7 +374,7 @@ dash.clientside_callback(
                 if (superseded()) {
                     resolve([no, no, no]);
                 } else if (holds(drawn) || performance.now() - t0 > 2000) {
-                    requestAnimationFrame(function () { requestIdleCallback(function () {
+                    requestAnimationFrame(function () { idle(function () {
                         if (superseded()) { resolve([no, no, no]); return; }
                         const mine = late && holds(late.key) && holds(drawn);
                         resolve([drawn, mine ? late.fig : no, mine ? late.style : no]);
