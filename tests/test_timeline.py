@@ -225,3 +225,29 @@ def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():
     assert lateness_figure(late(MAX_HEAT_ROWS + 1, 0))["data"][0]["y"][-1] == f"{MAX_HEAT_ROWS}–{MAX_HEAT_ROWS}"
     few = lateness_figure(late(MAX_HEAT_ROWS, 7))["data"][0]          # a row a rank: as before
     assert len(few["y"]) == MAX_HEAT_ROWS and few["z"][7].max() == 5.5 and few["hovertemplate"].startswith("rank %{y}")
+
+
+def test_bucket_labels_only_where_they_fit(tmp_path):
+    """A bucket's service bar is labelled ("b1") only where it spans LABEL_MIN_SPAN of the time axis:
+    Plotly shrinks a label into any bar, unreadable on a narrow one, and the labels cost most of a
+    redraw of a DDP step of many buckets."""
+    from syncviz.views import timeline as VT
+    run = load_run(make_ddp_run(tmp_path / "l"))
+    ev_ = run.events[run.events["step"] == 1]
+    comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
+    args = dict(ranks=[0, 1], t0=step_origin(comp, comm))
+
+    def labels(fig):
+        return [t for tr in fig["data"] if tr["meta"]["role"] == "service" for t in tr["text"]]
+
+    def service_ms(fig):
+        return [w for tr in fig["data"] if tr["meta"]["role"] == "service" for w in tr["x"]]
+
+    fig = timeline_figure(comp, comm, exp, **args)
+    assert labels(fig) == ["b0", "b1", "b0", "b1"]       # 10 and 7 ms service bars of a ~45 ms step
+    narrow = min(service_ms(fig))
+    assert labels(timeline_figure(comp, comm, exp, x_range=narrow / VT.LABEL_MIN_SPAN, **args)) == ["b0", "b1"] * 2
+    wide = timeline_figure(comp, comm, exp, x_range=narrow / VT.LABEL_MIN_SPAN * 1.01, **args)
+    # bucket 0 is served 10 ms, bucket 1 7 ms (the narrow ones): only bucket 0 keeps its label
+    assert sorted(labels(wide)) == sorted(["b0" if w > narrow else "" for w in service_ms(wide)]) and "" in labels(wide)
+    assert labels(timeline_figure(comp, comm, exp, x_range=1e9, **args)) == [""] * 4

@@ -29,6 +29,12 @@ GL_ROWS = 160
 # on 4 ranks is ~600 bars and stays SVG.
 GL_BARS = 1500
 BAND = 0.7            # bar thickness, in rows
+# A bucket's service bar is labelled ("b12") only where it spans this share of the time axis, ~15 px
+# of a 1,000 px plot: Plotly shrinks a label to fit its bar, so on narrower bars it is unreadable,
+# and laying out the labels is most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484 service
+# bars, none that wide): Plotly.react + the next frame 138-147 ms with every label, 84-100 ms with
+# these (none), in headless Chromium (session 34, /tmp script redrawing the page's own figures).
+LABEL_MIN_SPAN = 0.015
 MAX_HEIGHT = 1100     # px: the figure scrolls inside itself beyond this, the page does not grow
 
 COMM_HOVER = ("<b>%{customdata[0]}</b> · %{customdata[1]}<br>"
@@ -188,7 +194,8 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
                               line={"width": 1.5, "color": P.EXPOSED}))
 
     if len(bars):
-        data += _comm_traces(bars, rows, t0, params, gl, width_px)
+        span = x_range or _span_ms(comp, bars)
+        data += _comm_traces(bars, rows, t0, params, gl, width_px, LABEL_MIN_SPAN * span)
 
     height = int(min(max_height, 130 + n_rows * px_row))
     dense = gl or (height - 130) / max(1, n_rows) < 11      # row labels would print over each other
@@ -213,9 +220,18 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     return {"data": data, "layout": layout}
 
 
-def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float) -> list[dict]:
+def _span_ms(comp: pd.DataFrame, bars: pd.DataFrame) -> float:
+    """The time the drawn bars cover, in ms (the x-axis's extent when no range is given)."""
+    starts = np.concatenate([comp["start_ns"].to_numpy(), bars["start_ns"].to_numpy()])
+    ends = np.concatenate([comp["end_ns"].to_numpy(), bars["end_ns"].to_numpy()])
+    return float(ends.max() - starts.min()) / 1e6 if len(starts) else 0.0
+
+
+def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float,
+                 min_label_ms: float = 0.0) -> list[dict]:
     """Per op: the hollow whole span (role "bar": these never overlap within a row), the solid
-    service part inside it, and in SVG the gradient-ready marks."""
+    service part inside it, and in SVG the gradient-ready marks. A bucket's service part is
+    labelled with its number where it is at least ``min_label_ms`` long (LABEL_MIN_SPAN)."""
     out = []
     y_all = bars["rank"].map(rows.comm_y0).to_numpy() + bars["lane"].to_numpy()
     for op, idx in bars.groupby(bars["op"].astype(str), sort=True).indices.items():
@@ -245,7 +261,7 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             out.append(_segments(name, y, svc_start, e, color, width_px, role="service"))
             out.append(_hover_points(name, (s + e) / 2, y, custom, COMM_HOVER))
             continue
-        text = np.where(is_bucket, "b" + bucket.astype(str).astype(object), "").tolist()
+        text = np.where(is_bucket & (e - svc_start >= min_label_ms), "b" + bucket.astype(str).astype(object), "").tolist()
         out.append(_bars(f"{name} waiting (hollow)", y, s, e, "rgba(255,255,255,0.9)", role="bar", customdata=custom,
                          hover=COMM_HOVER, line={"width": 1.5, "color": color}))
         out.append(_bars(name, y, svc_start, e, color, role="service", customdata=custom, hover=COMM_HOVER,
