@@ -174,6 +174,9 @@ def test_sync_lateness_without_buckets_matches_collectives_across_ranks(tmp_path
     assert axis["tickvals"][:2] == ["all_gather #0", "all_gather #20"] and axis["ticktext"][:3] == ["0", "20", "40"]
     assert len(axis["ticktext"]) == 13
     assert fig["data"][0]["z"][2].tolist() == [3.0, 3.0, 3.0, 3.0]
+    # to the µs (the JSON a step change sends): 1,234,567 ns late is 1.235 ms
+    odd = lateness_figure(many.assign(late_ns=np.where(many["bucket"] == 5, 1_234_567, 1_000_000)))["data"][0]["z"]
+    assert odd[0][5] == odd[1][5] == 1.235 and odd[0][4] == 1.0
 
 
 def test_sync_lateness_is_launch_lateness_on_ddp(tmp_path):
