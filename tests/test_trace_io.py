@@ -122,3 +122,17 @@ def test_summary_cli_on_hand_built_run(ddp_run):
 
 _ = make_ddp_run
 
+
+
+def test_some_ranks_read_without_listing_the_folder(tmp_path):
+    """load_events of some ranks finds rank-<r>.arrow by name (files_of) and falls back to listing the
+    folder for a rank file named otherwise (rank-01.arrow is rank 1, as rank_files reads it)."""
+    from syncviz.trace import read as R
+    run = make_ddp_run(tmp_path / "r", world=3)
+    assert R.files_of(run, [2, 0]) == {0: run / "rank-0.arrow", 2: run / "rank-2.arrow"}
+    (run / "rank-1.arrow").rename(run / "rank-01.arrow")
+    assert R.files_of(run, [1, 2]) == {1: run / "rank-01.arrow", 2: run / "rank-2.arrow"} == \
+        {r: p for r, p in R.rank_files(run).items() if r in (1, 2)}
+    assert R.files_of(run, [5]) == {}                       # no such rank: nothing, as before
+    table, problems, _ = R.load_events(run, ranks=[1])
+    assert problems == [] and set(table.column("rank").to_pylist()) == {1} and table.num_rows == 3 * 8

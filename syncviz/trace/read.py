@@ -90,16 +90,24 @@ def rank_files(run_dir: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
+def files_of(run_dir: Path, ranks: Iterable[int]) -> dict[int, Path]:
+    """rank_files of some ranks. Where each has its usual name (rank-<r>.arrow), without listing the
+    folder: listing 1,028 files and matching their names took 3.3 ms of each step the Replay draws of
+    the 1,024-rank DDP run (session 34); a stat a rank takes microseconds."""
+    wanted = sorted({int(r) for r in ranks if 0 <= int(r) < V.MAX_WORLD})
+    named = {r: run_dir / f"rank-{r}.arrow" for r in wanted}
+    if all(p.is_file() for p in named.values()):
+        return named
+    return {r: p for r, p in rank_files(run_dir).items() if r in named}
+
+
 def load_events(run_dir: Path, ranks: Iterable[int] | None = None, steps: tuple[int, int] | None = None,
                 spans: dict | None = None) -> tuple[pa.Table, list[str], list[int]]:
     """Arrow table of all ranks' events (+ rank column), problems, incomplete ranks. A rank file
     that cannot be used is named in the problems and the other ranks are read; invalid and
     duplicate rows are dropped and counted (validate.py). Raises TraceError when no rank is usable.
     ``spans``: rank -> spans.index of its file, for a ``steps`` read of just those batches."""
-    files = rank_files(run_dir)
-    if ranks is not None:
-        wanted = set(ranks)
-        files = {r: p for r, p in files.items() if r in wanted}
+    files = rank_files(run_dir) if ranks is None else files_of(run_dir, ranks)
     tables, problems, incomplete, errors = read_ranks(files, steps, spans)
     if errors and not tables:
         more = f" (and {len(errors) - 1} more rank files unreadable)" if len(errors) > 1 else ""
