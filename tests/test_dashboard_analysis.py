@@ -62,6 +62,22 @@ def test_quantiles_and_rank_spread(synth):
     assert sp.loc[2, "compute_comm_ratio_median"] == pytest.approx(s2["compute_comm_ratio"].median())
 
 
+def test_rank_spread_of_one_step_equals_the_groupby(synth):
+    """rank_spread of one step (the Replay's cards) is taken in numpy: the same frame, values and dtypes
+    as the groupby of several steps gives for that step, with NaN, ±inf and a column of NaN only."""
+    sm = A.step_metrics(synth)
+    cols = ["step_ns", "exposed_ns", "overlap_pct", "compute_comm_ratio", "bytes", "odd", "none"]
+    rng = np.random.default_rng(3)
+    for step in sorted(sm["step"].unique()):
+        one = sm[sm["step"] == step].reset_index(drop=True)
+        one["odd"] = rng.choice([np.nan, np.inf, -np.inf, 1.5, 2.5], size=len(one))
+        one["none"] = np.nan
+        other = one.assign(step=step + 100, bytes=one["bytes"] + 1)
+        whole = A.rank_spread(pd.concat([one, other], ignore_index=True), cols)     # the groupby
+        pd.testing.assert_frame_equal(A.rank_spread(one, cols), whole[whole["step"] == step], check_exact=True)
+    assert A.rank_spread(sm.iloc[:0], cols[:4]).empty
+
+
 def test_bucket_map_both_layouts(synth):
     bmap = A.bucket_map(synth.layouts)
     assert sorted(bmap["layout"].unique()) == [0, 1]

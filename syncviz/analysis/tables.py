@@ -3,6 +3,8 @@ dashboard and the exports lay out. Pure functions of the trace tables (see metri
 definitions they aggregate)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -329,7 +331,35 @@ def rank_spread(table: pd.DataFrame, columns, by: str = "step") -> pd.DataFrame:
     """Min, median and max over ranks of per-rank columns (e.g. step_metrics) for each ``by``
     value: columns ``<col>_min``, ``<col>_median``, ``<col>_max`` (one groupby for all)."""
     cols = list(columns)
+    one = _one_group_spread(table, cols, by)
+    if one is not None:
+        return one
     t = table[[by] + cols].replace([np.inf, -np.inf], np.nan)
     agg = t.groupby(by, sort=True)[cols].agg(["min", "median", "max"])
     agg.columns = [f"{c}_{s}" for c, s in agg.columns]
     return agg.reset_index()
+
+
+def _one_group_spread(table: pd.DataFrame, cols: list, by: str) -> pd.DataFrame | None:
+    """rank_spread of a table of one ``by`` value (the Replay's cards: one step of every rank) in
+    numpy: the same frame, values and dtypes (tests/test_tables.py compares them), without pandas'
+    groupby, which took 2.7 against 0.4 ms for a step of 1,024 ranks (session 34). None for any
+    other table (several values, none, or a column that is not numeric)."""
+    keys = table[by].to_numpy()
+    if keys.dtype.kind not in "iu" or not len(keys) or (keys != keys[0]).any():
+        return None
+    out = {by: keys[:1].copy()}
+    for c in cols:
+        v = table[c].to_numpy()
+        if v.dtype.kind == "f":
+            v = np.where(np.isinf(v), np.nan, v)
+            with warnings.catch_warnings():          # a column of NaN only: NaN, as the groupby gives
+                warnings.simplefilter("ignore", RuntimeWarning)
+                stats = (np.nanmin(v), np.nanmedian(v), np.nanmax(v))
+        elif v.dtype.kind in "iu":
+            stats = (v.min(), np.median(v), v.max())
+        else:
+            return None
+        for name, x in zip(("min", "median", "max"), stats):
+            out[f"{c}_{name}"] = np.array([x])
+    return pd.DataFrame(out)
