@@ -331,3 +331,36 @@ def test_replay_tables_kept_whole_or_not_at_all(tmp_path, monkeypatch):
     (tmp_path / "again").mkdir()
     kept = summarize(run, jobs=1, target_events=1, replay_dir=str(tmp_path / "again"))
     assert kept.replay is not None and len(kept.replay["lateness"]) == len(read)
+
+
+def test_straggler_rows_kept_small_count_as_every_row(tmp_path):
+    """partition_joined.write_straggler_rows keeps each rank's collectives once per distinct list and
+    the rows launched last apart; partials._straggler_rows' counts from it equal those over every
+    (rank, collective, launched last) row, exactly, on random partitions: ranks in any order, ranks
+    sharing one list or not, a collective twice in one rank's rows, no row launched last."""
+    from syncviz.analysis.partials import _straggler_rows
+    from syncviz.analysis.partition_joined import write_straggler_rows
+    rng = np.random.default_rng(5)
+    for trial in range(150):
+        n_ev = int(rng.integers(1, 40))
+        ranks = np.sort(rng.choice(3000, size=int(rng.integers(1, 7)), replace=False))
+        shared = rng.permutation(n_ev)[:int(rng.integers(1, n_ev + 1))]
+        rows = [(r, e) for r in ranks
+                for e in (shared if rng.random() < 0.7 else rng.integers(0, n_ev, size=int(rng.integers(1, 2 * n_ev))))]
+        if trial % 3 == 0:
+            rng.shuffle(rows)
+        rank, ev = np.array([r for r, _ in rows], dtype=np.int32), np.array([e for _, e in rows], dtype=np.int64)
+        at_max = rng.random(len(ev)) < (0.3 if trial % 5 else 0.0)
+        unique, event_wait = rng.random(n_ev) < 0.6, rng.random(n_ev) * 1e6
+        late = pd.Series(rng.random(len(ranks)) * 1e6, index=pd.Index(ranks, name="rank"))
+        path = str(tmp_path / "st.arrays")
+        write_straggler_rows(path, rank, ev, at_max)
+        got = _straggler_rows((path, late, unique, event_wait))
+        inv = np.searchsorted(ranks, rank)                  # every row, as the combine summed them before
+        counted, is_last = unique[ev], at_max & unique[ev]
+        want = pd.DataFrame({"events": np.bincount(inv[counted], minlength=len(ranks)).astype(np.int64),
+                             "last": np.bincount(inv[is_last], minlength=len(ranks)).astype(np.int64),
+                             "mean_late_ns": late.to_numpy(),
+                             "wait_ns": np.bincount(inv, weights=np.where(is_last, event_wait[ev], 0.0), minlength=len(ranks))},
+                            index=pd.Index(ranks.astype(np.int32), name="rank"))
+        pd.testing.assert_frame_equal(got, want, check_exact=True)

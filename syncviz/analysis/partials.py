@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis.headline import top_exposed_rows
-from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.metrics import _ms
@@ -95,21 +94,23 @@ def combine_stragglers(second: list[dict], events: pd.DataFrame, map_fn=map) -> 
 
 def _straggler_rows(task: tuple) -> pd.DataFrame:
     """One partition's per-rank straggler counts (events, times last, waiting for it) from its
-    scratch rows, given every collective's count of ranks at the last launch and its wait."""
+    scratch rows (partition_joined.write_straggler_rows), given every collective's count of ranks at
+    the last launch and its wait: the same sums, in the same order, as over every row."""
     path, late, unique, event_wait = task
-    with open(path, "rb") as f:      # partition_joined.stragglers' three arrays
-        rank, ev, at_max = (np.lib.format.read_array(f, allow_pickle=False) for _ in range(3))
-    counted = unique[ev]
-    is_last = at_max & counted
-    # a partition's few consecutive ranks coded by counting (np.unique's sort of ~470,000 rows a
-    # partition was most of this loop: 128 partitions, ~1.6 s in the parent at 10^8 events)
-    inv, n = K.dense_codes(rank)
-    ranks = K.unique_ints(rank)
+    with open(path, "rb") as f:
+        ranks, list_of, lens, evs, last_rank, last_ev = (np.lib.format.read_array(f, allow_pickle=False) for _ in range(6))
+    ends = np.cumsum(lens)
+    counted = np.array([np.count_nonzero(unique[evs[a:b]]) for a, b in zip((ends - lens).tolist(), ends.tolist())],
+                       dtype=np.int64)
+    is_last = unique[last_ev]
+    code = np.searchsorted(ranks, last_rank)       # ranks: sorted
+    n = len(ranks)
     return pd.DataFrame({
-        "events": np.bincount(inv[counted], minlength=n).astype(np.int64),
-        "last": np.bincount(inv[is_last], minlength=n).astype(np.int64),
+        "events": counted[list_of],
+        "last": np.bincount(code[is_last], minlength=n).astype(np.int64),
         "mean_late_ns": late.reindex(ranks).to_numpy(),
-        "wait_ns": np.bincount(inv, weights=np.where(is_last, event_wait[ev], 0.0), minlength=n)},
+        # rows not launched last added 0.0 to a rank's wait: the same float sums without them
+        "wait_ns": np.bincount(code, weights=np.where(is_last, event_wait[last_ev], 0.0), minlength=n).astype(np.float64)},
         index=pd.Index(ranks, name="rank"))
 
 
