@@ -342,7 +342,7 @@ def rank_spread(table: pd.DataFrame, columns, by: str = "step") -> pd.DataFrame:
 
 def _one_group_spread(table: pd.DataFrame, cols: list, by: str) -> pd.DataFrame | None:
     """rank_spread of a table of one ``by`` value (the Replay's cards: one step of every rank) in
-    numpy: the same frame, values and dtypes (tests/test_tables.py compares them), without pandas'
+    numpy: the same frame, values and dtypes (test_dashboard_analysis.py compares them), without pandas'
     groupby, which took 2.7 against 0.4 ms for a step of 1,024 ranks (session 34). None for any
     other table (several values, none, or a column that is not numeric)."""
     keys = table[by].to_numpy()
