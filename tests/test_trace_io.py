@@ -120,9 +120,6 @@ def test_summary_cli_on_hand_built_run(ddp_run):
     assert data["exposed_ms"] == 10.0 and data["overlap_pct"] == 50.0 and len(data["steps_table"]) == 6
 
 
-_ = make_ddp_run
-
-
 
 def test_some_ranks_read_without_listing_the_folder(tmp_path):
     """load_events of some ranks finds rank-<r>.arrow by name (files_of) and falls back to listing the
