@@ -309,6 +309,60 @@ def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypa
     assert spill.narrow(np.array([1, 2**40])).dtype == np.float64
 
 
+def test_bandwidth_columns_computed_on_reading_are_the_written_ones(tmp_path, monkeypatch):
+    """algbw and busbw spilled as spill.Ratio of the service time (partition_joined.bandwidth_ratios):
+    not written where a group's bytes and factor are shared, and read back as the very float64 that
+    partition_joined.comm_times computes (service 0, negative, NaN, fractional; a piece whose group's
+    bytes differ writes them). Every median and quantile equals pandas' of the whole table exactly,
+    serial and pooled: from the service times' order where a group's slices share (bytes, factor),
+    two groups of one file in one read included; from the computed column where a group's bytes
+    differ between pieces, a piece wrote the column, or the factor is 0."""
+    from syncviz.analysis import partition_joined as PJ
+    from syncviz.analysis.tables import quantiles
+    monkeypatch.setattr(spill, "BIG_GROUP", 60)
+    rng = np.random.default_rng(9)
+    frames, pieces, written = [], [], []
+    for i in range(5):
+        n = int(rng.integers(50, 200))
+        g = np.zeros(n, dtype=int) if i == 4 else rng.integers(0, 6, n)
+        svc = rng.integers(-5, 10**7, n).astype(float)
+        svc[rng.random(n) < 0.1] = np.nan
+        svc[rng.random(n) < 0.05] = 0.0
+        if i == 3:
+            svc[::5] += 0.5                              # a piece whose service time stays float64
+        nbytes = np.array([4096, 1 << 20, 1 << 20, 3, 0, 7 << 20])[g] * np.where((i == 2) & (g == 3), 2, 1)
+        if i == 4:
+            nbytes = rng.integers(1, 10, n)              # bytes differ within the group: written
+        factor = np.where(g == 5, 0.0, 2 * 7 / 8)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            algbw = np.where(svc > 0, nbytes / svc, np.nan)     # comm_times' formula
+        f = pd.DataFrame({"h": (g == 5).astype(int), "g": g, "svc": svc, "algbw": algbw, "busbw": algbw * factor})
+        frames.append(f)
+        ratios = PJ.bandwidth_ratios("svc", nbytes, factor)
+        ratios = {"algbw": ratios["algbw_gbps"], "busbw": ratios["busbw_gbps"]}
+        pieces.append(PJ.spill_by(tmp_path, f"r{i}", [(f["h"].to_numpy(), None), (g, None)],
+                                  [f[c].to_numpy() for c in ("svc", "algbw", "busbw")], ("svc", "algbw", "busbw"), ratios))
+        written.append(spill._layout(pieces[-1].path).kinds)
+        for c, got in zip(("svc", "algbw", "busbw"), spill._mapped(pieces[-1])):
+            want = f.sort_values(["h", "g"], kind="stable")[c].to_numpy()
+            assert np.array_equal(spill._floats(np.asarray(got)), want, equal_nan=True)
+    assert written[0][1:] == [spill.RATIO] * 2 and written[4][1:] == [0, 0]
+    whole = pd.concat(frames, ignore_index=True)
+    cols = ["svc", "algbw", "busbw"]
+    two = lambda k: () if k[1] in (1, 2) else None          # noqa: E731   (groups 1 and 2: one read a piece)
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        for map_fn in (map, pool.map):
+            med, both = spill.group_medians_many([(pieces, ["g"], cols, lambda k: (k[1],)), (pieces, [], cols, two)], map_fn)
+            pd.testing.assert_frame_equal(med, whole.groupby("g")[cols].median(), check_exact=True, check_names=False)
+            assert list(both.iloc[0]) == list(whole[whole["g"].isin([1, 2])][cols].median())
+            for col, frame in zip(cols, spill.group_quantiles(pieces, ["g"], cols, map_fn, lambda k: (k[1],))):
+                ref = quantiles(whole, "g", col)
+                pd.testing.assert_frame_equal(frame.drop(columns="mean"), ref.drop(columns="mean"),
+                                              check_exact=True, check_index_type=False)
+                np.testing.assert_allclose(frame["mean"], ref["mean"], rtol=1e-13, atol=0)
+    assert [len(s) for s in spill._where(pieces, two).values()] == [4]
+
+
 def test_bucket_first_reduced_elementwise_equals_the_groupby(monkeypatch):
     """partial_views.reduce_bucket_first: partitions that saw the same buckets are reduced
     elementwise; the result is the concatenated groupby's min exactly (values, index, names, types),

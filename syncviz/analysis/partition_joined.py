@@ -38,7 +38,7 @@ def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
         algbw = np.where(svc > 0, c["bytes"] / svc, np.nan)   # bytes/ns == GB/s
     factor = busbw_factors(ar[op] if len(ops) else np.zeros(len(op), bool), sc[op] if len(ops) else np.zeros(len(op), bool),
                            c["group_size"])
-    t.update(gid=gid, algbw_gbps=algbw, busbw_gbps=algbw * factor, duration_ns=svc,
+    t.update(gid=gid, algbw_gbps=algbw, busbw_gbps=algbw * factor, bw_factor=factor, duration_ns=svc,
              span_ns=(c["end"] - c["launch"]).astype(np.int64))
     return t
 
@@ -64,16 +64,22 @@ def min_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out.astype(values.dtype)
 
 
-def spill_by(scratch, tag, keys: list, values: list, names: tuple = ()):
+def spill_by(scratch, tag, keys: list, values: list, names: tuple = (), ratios: dict | None = None):
     """spill.write_piece of rows grouped by ``keys`` ((column, strings or None) pairs, sorted by
-    value); ``names``: the values' (spill.Piece)."""
+    value); ``names``: the values' (spill.Piece); ``ratios``: spill.write_groups'."""
     if not len(values[0]):
         return None
     if not keys:
-        return spill.write_groups(scratch, tag, [()], np.zeros(len(values[0]), dtype=np.int64), values, names)
+        return spill.write_groups(scratch, tag, [()], np.zeros(len(values[0]), dtype=np.int64), values, names, ratios)
     first, codes = K.group_rows(*(k for k, _ in keys))
     cols = [(names_[k[first]] if names_ is not None else k[first]).tolist() for k, names_ in keys]
-    return spill.write_groups(scratch, tag, list(zip(*cols)), codes, values, names)
+    return spill.write_groups(scratch, tag, list(zip(*cols)), codes, values, names, ratios)
+
+
+def bandwidth_ratios(service: str, nbytes: np.ndarray, factor: np.ndarray) -> dict:
+    """comm_times' algbw and busbw as spill.Ratio of the ``service`` column (see spill)."""
+    return {"algbw_gbps": spill.Ratio(service, nbytes, 1.0),
+            "busbw_gbps": spill.Ratio(service, nbytes, factor)}
 
 
 # The Buckets page's distributions (tables.BUCKET_DISTRIBUTIONS) are read from the bucket rows' spill
@@ -316,7 +322,8 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
         head = headline[b]
         cols = [bt[k] if k in bt else (c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
         out["buckets"] = spill_by(scratch, f"b-{tag}", [(head.astype(np.int8), None), (c["layout"], None),
-                                                        (c["bucket"][b], None)], cols, BUCKET_MEDIANS)
+                                                        (c["bucket"][b], None)], cols, BUCKET_MEDIANS,
+                                  bandwidth_ratios("duration_ns", c["bytes"][b], t["bw_factor"][b]))
         at = np.flatnonzero(head)       # headline bucket rows, as places in bucket_rows
         if len(at):
             out["bucket_first"] = bucket_sums(c, b[at], at)

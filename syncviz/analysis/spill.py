@@ -6,92 +6,16 @@ Medians are exact and equal to pandas' (``Series.median`` / ``groupby(...).media
 skipped, the mean of the two middle values for an even count), not estimates: the summary must
 print the same numbers whichever path computed them.
 
-A column whose values are all whole numbers that fit in 32 bits (the nanosecond durations: 8 of
-the summary's 11 spilled columns on the 10^8-event DDP run) is written as int32, NaN as INT32_MIN,
-not as float64: half the bytes to write, read back and select in. Every value converts back to the
-same float64 exactly, so medians and quantiles are the same numbers (``narrow``).
+How a piece is written and read back (int32 columns, bandwidths computed on reading) is
+analysis.spill_file's.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-
-@dataclass
-class Piece:
-    """One partition's values of one table: ``groups`` (list of key tuples, sorted), ``counts``
-    per group and the file (``write_groups``: a header, then each column's rows sorted by group).
-    ``names``: the columns' names, where several medians read one piece, each picking its columns by
-    name and its groups (group_medians_many's ``select``)."""
-    groups: list
-    counts: np.ndarray
-    path: str
-    names: tuple = ()
-
-
-def write_piece(directory: str | Path, tag: str, frame: pd.DataFrame, keys: list[str], cols) -> Piece | None:
-    """Spill ``frame[cols]`` (as float64) grouped by ``keys`` (none: one group)."""
-    if not len(frame):
-        return None
-    if keys:
-        g = frame.groupby(keys, sort=True, observed=True)
-        codes = g.ngroup().to_numpy()
-        groups = [k if isinstance(k, tuple) else (k,) for k in g.size().index]
-    else:
-        codes = np.zeros(len(frame), dtype=np.int64)
-        groups = [()]
-    return write_groups(directory, tag, groups, codes, [frame[c].to_numpy(dtype=float) for c in cols])
-
-
-def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarray, columns: list,
-                 names: tuple = ()) -> Piece | None:
-    """write_piece on arrays: ``groups`` (key tuples, sorted), each row's group number in them, and
-    the columns' values (``names``: theirs, see Piece). The file: ``_MAGIC``, the column count and
-    row count (uint64 each), a dtype code a column (uint64: 0 float64, 1 int32 as ``narrow``), then
-    each column's rows in group order."""
-    if not len(codes):
-        return None
-    order = None                            # one group: rows as they are
-    if len(groups) > 1:                     # numpy's stable sort of 16-bit keys is a radix sort: a bucket
-        small = len(groups) <= 1 << 16      # spill's 660,000 interleaved codes in 2.2 ms, not 5.1 (int64)
-        order = np.argsort(codes.astype(np.uint16) if small else codes, kind="stable")
-    stored = [narrow(np.asarray(c)) for c in columns]
-    path = str(Path(directory) / f"{tag}.spill")
-    head = np.array([len(stored), len(codes)] + [_CODES[c.dtype] for c in stored], dtype=np.uint64)
-    with open(path, "wb") as f:
-        f.write(_MAGIC)
-        head.tofile(f)
-        for c in stored:
-            (c if order is None else np.take(c, order)).tofile(f)
-    return Piece(groups, np.bincount(codes, minlength=len(groups)), path, tuple(names))
-
-
-_MAGIC = b"syncviz spill 2\n"
-NAN32 = np.iinfo(np.int32).min          # NaN in an int32 column (never a value: narrow keeps those as float64)
-_CODES = {np.dtype(np.float64): 0, np.dtype(np.int32): 1}
-_DTYPES = {0: np.dtype(np.float64), 1: np.dtype(np.int32)}
-
-
-def narrow(c: np.ndarray) -> np.ndarray:
-    """The column as it is spilled: int32 (NaN as NAN32) when every value that is not NaN is a whole
-    number in (NAN32, 2^31) and none is -0.0, so each converts back to the same float64; else float64."""
-    if c.dtype.kind in "iub":
-        if not len(c) or (c.min() > NAN32 and c.max() <= np.iinfo(np.int32).max):
-            return c.astype(np.int32)
-        return c.astype(np.float64)
-    c = c.astype(np.float64, copy=False)
-    with np.errstate(invalid="ignore"):
-        i = c.astype(np.int32)                       # NaN and values out of range: anything; caught below
-    nan = np.isnan(c)
-    same = i == c
-    if not (same | nan).all() or (same & (i == NAN32)).any() or np.signbit(c[same & (i == 0)]).any():
-        return c
-    if nan.any():
-        i[nan] = NAN32
-    return i
+from syncviz.analysis.spill_file import (NAN32, RATIO, Piece, Ratio, RatioValues, _floats, _Layout, _layout,  # noqa: F401
+                                         _mapped, narrow, ratio_values, write_groups, write_piece)
 
 
 def median(x: np.ndarray) -> float:
@@ -104,11 +28,16 @@ def median(x: np.ndarray) -> float:
 # Measured here (numpy 2.4, one core): 800,000 int32 durations sorted in 2.0 ms, partitioned at the
 # middle in 4.3 ms; 12.5 M int32 37 ms against 95 ms; 800,000 float64 4.0 against 4.6 ms. The order
 # statistics are the same values either way.
-def median_in_place(x: np.ndarray) -> float:
+def median_in_place(x: np.ndarray | RatioValues) -> float:
     """median() of a float array it may reorder: NaN sorts last in numpy, so the middle
     of the n values that are not NaN is at ranks (n - 1) // 2 and n // 2, taken as np.median takes
     them (the mean of the two for an even n), with no copy of the array without NaN. An int32 array
-    (a narrowed column) has its NaN as NAN32, which sorts first: the middle is m ranks later."""
+    (a narrowed column) has its NaN as NAN32, which sorts first: the middle is m ranks later.
+    RatioValues: their sources sorted, the middle ones' ratios."""
+    if isinstance(x, RatioValues):
+        v = x.valid_sorted()
+        n = len(v)         # ranks k of the ratios are ranks n - 1 - k of their sources
+        return float("nan") if not n else _middle(x.ratios(v[[n - 1 - (n - 1) // 2, n - 1 - n // 2]]), n)
     if x.dtype == np.int32:
         m = int(np.count_nonzero(x == NAN32))
         n = len(x) - m
@@ -118,7 +47,11 @@ def median_in_place(x: np.ndarray) -> float:
         return float("nan")
     k = [m + (n - 1) // 2, m + n // 2]
     x.sort()            # not x.partition(k): see above median_in_place
-    return float(np.mean(x[k])) if n % 2 == 0 else float(x[k[0]])
+    return _middle(x[k], n)
+
+
+def _middle(v: np.ndarray, n: int) -> float:
+    return float(np.mean(v)) if n % 2 == 0 else float(v[0])
 
 
 BIG_GROUP = 1 << 20       # values: a group this big is one median task; smaller ones are batched
@@ -215,20 +148,22 @@ def quantile_task(task: list) -> list[tuple[int, int, int, list[float]]]:
     return [(ri, gi, ci, quantile_stats(x)) for ri, gi, ci, x in _read(task)]
 
 
-def quantile_stats(x: np.ndarray) -> list[float]:
+def quantile_stats(x: np.ndarray | RatioValues) -> list[float]:
     """STATS of the values that are not NaN: pandas' groupby quantile (at q·(n − 1) in sorted order,
     ``v[i] + (v[i + 1] − v[i]) · frac`` between two values), the mean and the count. The ranks
     the quantiles read are in place after one sort (see above median_in_place), and the sum is taken in
     extended precision by numpy (math.fsum would walk each group's values as a Python list)."""
-    nan = x == NAN32 if x.dtype == np.int32 else np.isnan(x)
-    v = x[~nan] if nan.any() else x
+    if isinstance(x, RatioValues):
+        v = x.ratios(x.valid_sorted()[::-1])      # every ratio, ascending
+    else:
+        nan = x == NAN32 if x.dtype == np.int32 else np.isnan(x)
+        v = x[~nan] if nan.any() else x
+        v.sort()            # not v.partition(ranks): see above median_in_place
     n = len(v)
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]
-    at = [q * (n - 1) for q in QUANTILES]
-    v.sort()            # not v.partition(ranks): see above median_in_place
     out = []
-    for a in at:
+    for a in [q * (n - 1) for q in QUANTILES]:
         i, frac = int(a), a % 1
         lo = np.float64(v[i])           # an int32 column's values as the float64 they were
         out.append(float(lo) if frac == 0.0 else float(lo + (np.float64(v[i + 1]) - lo) * frac))
@@ -240,65 +175,55 @@ MAX_OPEN = 256        # files a median task keeps open (_read): a quarter of the
 
 def _read(task: list):
     """(request, group, column, values) of each item of a task, its values read into one array
-    (int32 when every piece holds that column narrowed, else float64 with NaN for NAN32).
+    (int32 when every piece holds that column narrowed, else float64 with NaN for NAN32), or, for a
+    Ratio column whose slices share one (num, fac), RatioValues of its source column read so.
     Read, not memory-mapped: the mapped pages of a column of 6*10^7 values count in the worker's
     resident memory as much again. A task keeps up to MAX_OPEN files open (it reads every piece for
     each of its groups and columns: ~150,000 opens in the 10^8-event summary's medians, 147 files),
     closing the one opened first when it needs another: a run of more partitions never holds more
     descriptors than that."""
-    files: dict[str, tuple[list[int], list[np.dtype], int]] = {}
+    files: dict[str, _Layout] = {}
     handles: dict = {}              # in the order opened
+
+    def handle(path):
+        f = handles.get(path)
+        if f is None:
+            if len(handles) >= MAX_OPEN:
+                handles.pop(next(iter(handles))).close()
+            f = handles[path] = open(path, "rb")
+        return f
+
     try:
         for ri, gi, ci, pci, slices in task:
             for path, _, _ in slices:
                 if path not in files:
                     files[path] = _layout(path)
-            wide = any(files[path][1][pci] != np.int32 for path, _, _ in slices)
-            x = np.empty(sum(b - a for _, a, b in slices), dtype=np.float64 if wide else np.int32)
-            at = 0
-            for path, a, b in slices:
-                starts, dtypes, _ = files[path]
-                f = handles.get(path)
-                if f is None:
-                    if len(handles) >= MAX_OPEN:
-                        handles.pop(next(iter(handles))).close()
-                    f = handles[path] = open(path, "rb")
-                dt = dtypes[pci]
-                f.seek(starts[pci] + dt.itemsize * a)
-                if dt == x.dtype:
-                    f.readinto(memoryview(x[at:at + b - a]).cast("B"))
-                else:                   # an int32 piece into a float64 group
-                    x[at:at + b - a] = _floats(np.fromfile(f, dtype=dt, count=b - a))
-                at += b - a
-            yield ri, gi, ci, x
+            pairs = {files[path].ratio_of(pci, a, b) for path, a, b in slices}
+            pair = pairs.pop() if len(pairs) == 1 else None
+            if pair is not None:
+                source = files[slices[0][0]].params[pci]
+                yield ri, gi, ci, RatioValues(_column(files, handle, slices, source), *pair)
+            else:
+                yield ri, gi, ci, _column(files, handle, slices, pci)
     finally:
         for f in handles.values():
             f.close()
 
 
-def _layout(path: str) -> tuple[list[int], list[np.dtype], int]:
-    """(where each column starts, each column's dtype, rows) of a piece file (write_groups)."""
-    with open(path, "rb") as f:
-        if f.read(len(_MAGIC)) != _MAGIC:
-            raise ValueError(f"{path}: not a spill piece")
-        ncols, rows = (int(v) for v in np.fromfile(f, dtype=np.uint64, count=2))
-        dtypes = [_DTYPES[int(v)] for v in np.fromfile(f, dtype=np.uint64, count=ncols)]
-        starts, at = [], f.tell()
-    for dt in dtypes:
-        starts.append(at)
-        at += dt.itemsize * rows
-    return starts, dtypes, rows
-
-
-def _mapped(piece: Piece) -> list[np.ndarray]:
-    """A piece's columns memory-mapped (read-only), as stored."""
-    starts, dtypes, rows = _layout(piece.path)
-    return [np.memmap(piece.path, dtype=dt, mode="r", offset=at, shape=(rows,)) for at, dt in zip(starts, dtypes)]
-
-
-def _floats(c: np.ndarray) -> np.ndarray:
-    """A stored column's rows as float64 (NaN for a narrowed column's NAN32)."""
-    return np.where(c == NAN32, np.nan, c) if c.dtype == np.int32 else np.asarray(c, dtype=np.float64)
+def _column(files: dict, handle, slices: list, pci: int) -> np.ndarray:
+    """Column ``pci`` of the slices in one array (see _read)."""
+    wide = any(files[path].dtypes[pci] != np.int32 for path, _, _ in slices)
+    x = np.empty(sum(b - a for _, a, b in slices), dtype=np.float64 if wide else np.int32)
+    at = 0
+    for path, a, b in slices:
+        lay, f = files[path], handle(path)
+        if lay.dtypes[pci] == x.dtype and lay.kinds[pci] != RATIO:
+            f.seek(lay.starts[pci] + x.dtype.itemsize * a)
+            f.readinto(memoryview(x[at:at + b - a]).cast("B"))
+        else:                   # an int32 piece into a float64 group, or a Ratio
+            x[at:at + b - a] = _floats(lay.read(f, pci, a, b))
+        at += b - a
+    return x
 
 
 def _where(pieces: list[Piece | None], select=None) -> dict[tuple, list[tuple[str, int, int]]]:
