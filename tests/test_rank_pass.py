@@ -224,12 +224,12 @@ def test_a_pass_not_of_exactly_this_rank_file_and_code_is_not_used(tmp_path, mon
     p0 = rank_pass.path_of(files[0])
     shutil.copy(p0, rank_pass.path_of(files[1]))
     assert rank_pass.load(1, files[1]) is None
-    # a header claiming a payload zstd could not have made of the bytes that follow
+    # a header claiming a frame zstd could not have made of the bytes that follow
     data = p0.read_bytes()
     n = int.from_bytes(data[len(rank_pass._MAGIC):len(rank_pass._MAGIC) + 8], "little")
     head_at = len(rank_pass._MAGIC) + 8
     head = json.loads(data[head_at:head_at + n])
-    head["payload"] = 1 << 40
+    head["frames"][1][1] = 1 << 40
     text = json.dumps(head).encode()
     st0 = files[0].stat()
     p0.write_bytes(rank_pass._MAGIC + len(text).to_bytes(8, "little") + text + data[head_at + n:])
@@ -345,6 +345,47 @@ def test_a_pass_that_loads_but_does_not_merge_is_read_instead(tmp_path, reads):
     assert reads == [[0]], "rank 0 read (pass 1 keeps its rows for pass 2), rank 1 from its pass"
     assert rank_pass.partition_local({0: files[0]}) is None and rank_pass.partition_pass1({0: files[0]}) is None
     assert rank_pass.partition_local({1: files[1]}) is not None
+
+
+def test_pass_1_leaves_the_second_frame_packed(tmp_path, monkeypatch, reads):
+    """A kept pass is two zstd frames: pass 1 decompresses only the first (what it reads), pass 2 both.
+    A second frame damaged after the file was written is found by pass 2, which reads that partition's
+    events instead: the same numbers."""
+    run = _copy(DATA / "ddp-2rank", tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        assert rank_pass.write(r, f) is not None
+    expected = summarize(run, jobs=1, target_events=1)
+    unpacked = []
+    real = rank_pass.pa.decompress
+
+    def counted(buf, *a, **k):
+        unpacked.append(k.get("decompressed_size"))
+        return real(buf, *a, **k)
+    with monkeypatch.context() as m:
+        m.setattr(rank_pass.pa, "decompress", counted)
+        assert rank_pass.partition_pass1(files) is not None
+        first = list(unpacked)
+        assert rank_pass.partition_local(files) is not None
+    sizes = [json_head(rank_pass.path_of(f))["frames"] for f in files.values()]
+    assert first == [fr[0][1] for fr in sizes], "pass 1: the first frame of each rank, nothing else"
+    assert sorted(unpacked[len(first):]) == sorted(fr[k][1] for fr in sizes for k in (0, 1))
+    assert all(fr[1][1] > 0 for fr in sizes)
+    p0 = rank_pass.path_of(files[0])
+    data = bytearray(p0.read_bytes())
+    data[-40:] = bytes(40)                      # the end of the second frame
+    p0.write_bytes(bytes(data))
+    assert rank_pass.load(0, files[0]) is not None, "the first frame and the stamp are intact"
+    reads.clear()
+    _equal(summarize(run, jobs=1, target_events=1), expected)
+    assert reads == [[0]], "pass 2 read rank 0's events; pass 1 and rank 1 used the kept passes"
+
+
+def json_head(path: Path) -> dict:
+    data = path.read_bytes()
+    at = len(rank_pass._MAGIC)
+    n = int.from_bytes(data[at:at + 8], "little")
+    return json.loads(data[at + 8:at + 8 + n])
 
 
 def test_kept_passes_are_keyed_on_the_code_that_decides_them():

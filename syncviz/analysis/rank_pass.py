@@ -7,9 +7,10 @@ two cores), yet it needs one rank's events only (partitioned.py's docstring). Ea
 has its own CPUs when it closes, so computing it there costs the run ~0.1 s a rank (97,680 events of
 the simulated llama70b-1024 run: 0.10 s of CPU) and takes it off the one machine that summarizes.
 
-What a rank keeps (``.syncviz-cache/ranks/rank-<r>.pass1``: one JSON header and its arrays in one
-zstd frame, no pickle): its comm rows with their first-pass results (partition_local.local_pass's
-``comm`` without the identity numbers), what pass 2 needs of its other rows, its step_metrics rows,
+What a rank keeps (``.syncviz-cache/ranks/rank-<r>.pass1``: one JSON header and its arrays in two
+zstd frames, no pickle: what pass 1 reads, then what only pass 2 reads): its comm rows with their
+first-pass results (partition_local.local_pass's ``comm`` without the identity numbers), what pass 2
+needs of its other rows, its step_metrics rows,
 its step facts, where its batches lie, each step's first start, what ``syncviz compare`` measures of
 it (partition_facts.compare_partial), and, in the header, the rank file's size and mtime and the
 digest of the code that decides it (``CODE``). ``partition_pass1`` turns the files of a
@@ -29,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +46,7 @@ from syncviz.trace import spans as SP
 
 log = logging.getLogger("syncviz.rank_pass")
 
-FORMAT = 1
+FORMAT = 2
 DIR = "ranks"                   # under the run's cache folder; views.runcache keeps it when it empties the rest
 SUFFIX = ".pass1"
 # A run is worth it when the summary would read it as more than one partition (partitioned.PARTITION_EVENTS
@@ -132,20 +134,35 @@ _MAGIC = b"syncviz rank pass\n"
 
 
 def _write_file(fh, head: dict, arrays: dict) -> None:
-    """The magic line, the header's length (8 bytes), the header (JSON: ``head`` and each array's
-    name, dtype, shape and place) and every array's bytes in one zstd frame. One frame and one
-    header, not an .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60%
-    of loading a partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of
-    the 10^8-event run keeps 6.0 MB of arrays in 1.4 MB, decompressed in ~5 ms (LZ4: 2.4 MB)."""
-    places, at = [], 0
+    """The magic line, the header's length (8 bytes), the header (JSON: ``head``, each array's name,
+    dtype, shape, frame and place in it, and each frame's packed and unpacked size) and the arrays'
+    bytes in two zstd frames: those pass 1 reads, then the rest (``pass2_only``). One header, not an
+    .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60% of loading a
+    partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of the
+    10^8-event DDP run keeps 8.5 MB of arrays in 3.5 MB (LZ4: 4.7 MB; 2.5 GB against 1.2 GB for the
+    ZeRO-3 run's ranks), decompressed in 2.5 ms warm (LZ4 0.37 ms) -- each summary decompresses
+    every rank in pass 1 and again in pass 2, so pass 1 leaves the second frame packed."""
+    groups: list[list] = [[], []]
     for k, v in arrays.items():
-        v = np.ascontiguousarray(v)
-        places.append([k, v.dtype.str, list(v.shape), at, v.nbytes])
-        at += v.nbytes
-    payload = b"".join(np.ascontiguousarray(v).tobytes() for v in arrays.values())
-    text = json.dumps({**head, "arrays": places, "payload": len(payload)}).encode()
+        groups[pass2_only(k)].append((k, np.ascontiguousarray(v)))
+    places, frames, packed = [], [], []
+    for i, group in enumerate(groups):
+        at = 0
+        for k, v in group:
+            places.append([k, v.dtype.str, list(v.shape), i, at, v.nbytes])
+            at += v.nbytes
+        packed.append(pa.compress(b"".join(v.tobytes() for _, v in group), codec="zstd", asbytes=True))
+        frames.append([len(packed[-1]), at])
+    text = json.dumps({**head, "arrays": places, "frames": frames}).encode()
     fh.write(_MAGIC + len(text).to_bytes(8, "little") + text)
-    fh.write(pa.compress(payload, codec="zstd", asbytes=True))
+    for b in packed:
+        fh.write(b)
+
+
+def pass2_only(key: str) -> bool:
+    """Whether a kept array is one pass 1 does not read (_merged's comm and extra columns for pass 1)."""
+    kind, name = key[:2], key[2:]
+    return (kind in ("c_", "d_") and name not in PASS1_COMM) or (kind == "x_" and name not in PASS1_EXTRA)
 
 
 def _read_file(path: Path) -> tuple[dict, bytes]:
@@ -158,7 +175,40 @@ def _read_file(path: Path) -> tuple[dict, bytes]:
     return head, data[body:]
 
 
-_MAX_RATIO = 64         # zstd kept a rank's arrays in ~1/4.2 of their size (10^8-event run); far above that is damage
+_MAX_RATIO = 64         # zstd kept a rank's arrays in ~1/2.4 of their size (10^8-event run); far above that is damage
+
+
+class _Packed(Mapping):
+    """A rank's kept arrays by name, each frame decompressed when one of its arrays is first read:
+    read-only views of the frame's buffer (merge copies every array it keeps)."""
+
+    def __init__(self, head: dict, packed: bytes):
+        self.places = {k: (fr, dt, shape, at, nbytes) for k, dt, shape, fr, at, nbytes in head["arrays"]}
+        starts = np.cumsum([0] + [n for n, _ in head["frames"]]).tolist()
+        if starts[-1] != len(packed) or any(not 0 <= raw <= _MAX_RATIO * n + (1 << 20) for n, raw in head["frames"]):
+            raise ValueError("frames do not match the file")   # more than zstd made of these bytes: not ours
+        whole = memoryview(packed)
+        self.frames = [(whole[a:a + n], raw) for a, (n, raw) in zip(starts, head["frames"])]
+        self.raw: dict[int, object] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        fr, dt, shape, at, nbytes = self.places[key]
+        if not nbytes:
+            return np.zeros(shape, dtype=np.dtype(dt))
+        return np.frombuffer(self.frame(fr), dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
+
+    def frame(self, fr: int):
+        """Frame ``fr`` decompressed (once)."""
+        if fr not in self.raw:
+            b, size = self.frames[fr]
+            self.raw[fr] = pa.decompress(b, decompressed_size=size, codec="zstd")
+        return self.raw[fr]
+
+    def __iter__(self):
+        return iter(self.places)
+
+    def __len__(self) -> int:
+        return len(self.places)
 
 
 def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
@@ -169,12 +219,8 @@ def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
         if not (head.get("format") == FORMAT and head.get("code") == code_digest(*CODE) and head.get("rank") == rank
                 and [head.get("size"), head.get("mtime_ns")] == list(_identity(rank_file))):
             return None
-        if not 0 <= head["payload"] <= _MAX_RATIO * len(packed) + (1 << 20):
-            return None         # a header claiming more than zstd made of these arrays: not ours
-        # read-only views of the decompressed buffer: merge copies every array it keeps
-        raw = pa.decompress(packed, decompressed_size=head["payload"], codec="zstd")
-        z = {k: np.frombuffer(raw, dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
-             if nbytes else np.zeros(shape, dtype=np.dtype(dt)) for k, dt, shape, at, nbytes in head["arrays"]}
+        z = _Packed(head, packed)
+        z.frame(0)              # what every reader reads: a damaged file is None here, not later
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
     return head, z
@@ -206,7 +252,7 @@ def _merged(loaded: list[tuple[dict, dict]], comm: tuple | None = None, extra: t
     """merge of the loaded passes, of the ``comm`` and ``extra`` columns only when given."""
     cat = [z for _, z in loaded]
     return merge([_comm(z, comm) for z in cat],
-                 [{k[2:]: v for k, v in z.items() if k.startswith("x_") and (extra is None or k[2:] in extra)}
+                 [{k[2:]: z[k] for k in z if k.startswith("x_") and (extra is None or k[2:] in extra)}
                   for z in cat], loaded[0][0]["wide"])
 
 
@@ -218,7 +264,7 @@ def partition_local(files: dict[int, Path]) -> tuple[dict, dict, dict] | None:
 
 # A pass that loads but does not merge (a header or an array missing: only a file this code did not
 # write for this rank can be so, whatever its stamp says) is never trusted: the partition is read.
-_UNUSABLE = (KeyError, ValueError, TypeError, IndexError)
+_UNUSABLE = (KeyError, ValueError, TypeError, IndexError, OSError, pa.ArrowException)   # OSError: a damaged second frame
 
 
 def _from_passes(files: dict[int, Path], build):
@@ -304,8 +350,8 @@ def _compare_of(heads: list[dict], arrays: list[dict]) -> dict:
 
 
 def _comm(z: dict, only: tuple | None = None) -> dict:
-    c = {k[2:]: v for k, v in z.items() if k.startswith("c_") and (only is None or k[2:] in only)}
-    c.update({k[2:]: v.astype(object) for k, v in z.items() if k.startswith("d_") and (only is None or k[2:] in only)})
+    c = {k[2:]: z[k] for k in z if k.startswith("c_") and (only is None or k[2:] in only)}
+    c.update({k[2:]: z[k].astype(object) for k in z if k.startswith("d_") and (only is None or k[2:] in only)})
     return c
 
 
