@@ -77,7 +77,7 @@ def spill_by(scratch, tag, keys: list, values: list, names: tuple = (), ratios: 
 
 
 def bandwidth_ratios(service: str, nbytes: np.ndarray, factor: np.ndarray) -> dict:
-    """comm_times' algbw and busbw as spill.Ratio of the ``service`` column (see spill)."""
+    """comm_times' algbw and busbw as spill.Ratio of the ``service`` column (analysis.spill_file)."""
     return {"algbw_gbps": spill.Ratio(service, nbytes, 1.0),
             "busbw_gbps": spill.Ratio(service, nbytes, factor)}
 

@@ -139,7 +139,7 @@ def _write_file(fh, head: dict, arrays: dict) -> None:
     bytes in two zstd frames: those pass 1 reads, then the rest (``pass2_only``). One header, not an
     .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60% of loading a
     partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of the
-    10^8-event DDP run keeps 8.5 MB of arrays in 3.5 MB (LZ4: 4.7 MB; 2.5 GB against 1.2 GB for the
+    10^8-event DDP run keeps 8.5 MB of arrays in 3.5 MB (LZ4: 4.7 MB; 2.7 GB against 2.0 GB for the
     ZeRO-3 run's ranks), decompressed in 2.5 ms warm (LZ4 0.37 ms) -- each summary decompresses
     every rank in pass 1 and again in pass 2, so pass 1 leaves the second frame packed."""
     groups: list[list] = [[], []]
