@@ -27,10 +27,8 @@ tests/test_rank_pass.py compares every number, table and report byte with and wi
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +38,8 @@ import pyarrow as pa
 from syncviz.analysis import keys as K
 from syncviz.analysis import partition_local as PL
 from syncviz.analysis import partition_facts as PF
+from syncviz.analysis import rank_pass_file as RF
+from syncviz.analysis.rank_pass_file import _MAGIC  # noqa: F401  (tests write damaged files)
 from syncviz.codedigest import code_digest
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
@@ -123,40 +123,11 @@ def write(rank: int, rank_file: Path) -> Path | None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            _write_file(fh, head, arrays)
+            RF.write_file(fh, head, arrays, pass2_only)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
     return target
-
-
-_MAGIC = b"syncviz rank pass\n"
-
-
-def _write_file(fh, head: dict, arrays: dict) -> None:
-    """The magic line, the header's length (8 bytes), the header (JSON: ``head``, each array's name,
-    dtype, shape, frame and place in it, and each frame's packed and unpacked size) and the arrays'
-    bytes in two zstd frames: those pass 1 reads, then the rest (``pass2_only``). One header, not an
-    .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60% of loading a
-    partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of the
-    10^8-event DDP run keeps 8.5 MB of arrays in 3.5 MB (LZ4: 4.7 MB; 2.7 GB against 2.0 GB for the
-    ZeRO-3 run's ranks), decompressed in 2.5 ms warm (LZ4 0.37 ms) -- each summary decompresses
-    every rank in pass 1 and again in pass 2, so pass 1 leaves the second frame packed."""
-    groups: list[list] = [[], []]
-    for k, v in arrays.items():
-        groups[pass2_only(k)].append((k, np.ascontiguousarray(v)))
-    places, frames, packed = [], [], []
-    for i, group in enumerate(groups):
-        at = 0
-        for k, v in group:
-            places.append([k, v.dtype.str, list(v.shape), i, at, v.nbytes])
-            at += v.nbytes
-        packed.append(pa.compress(b"".join(v.tobytes() for _, v in group), codec="zstd", asbytes=True))
-        frames.append([len(packed[-1]), at])
-    text = json.dumps({**head, "arrays": places, "frames": frames}).encode()
-    fh.write(_MAGIC + len(text).to_bytes(8, "little") + text)
-    for b in packed:
-        fh.write(b)
 
 
 def pass2_only(key: str) -> bool:
@@ -165,61 +136,15 @@ def pass2_only(key: str) -> bool:
     return (kind in ("c_", "d_") and name not in PASS1_COMM) or (kind == "x_" and name not in PASS1_EXTRA)
 
 
-def _read_file(path: Path) -> tuple[dict, bytes]:
-    data = Path(path).read_bytes()
-    if not data.startswith(_MAGIC):
-        raise ValueError("not a rank pass file")
-    n = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "little")
-    body = len(_MAGIC) + 8 + n
-    head = json.loads(data[len(_MAGIC) + 8:body])
-    return head, data[body:]
-
-
-_MAX_RATIO = 64         # zstd kept a rank's arrays in ~1/2.4 of their size (10^8-event run); far above that is damage
-
-
-class _Packed(Mapping):
-    """A rank's kept arrays by name, each frame decompressed when one of its arrays is first read:
-    read-only views of the frame's buffer (merge copies every array it keeps)."""
-
-    def __init__(self, head: dict, packed: bytes):
-        self.places = {k: (fr, dt, shape, at, nbytes) for k, dt, shape, fr, at, nbytes in head["arrays"]}
-        starts = np.cumsum([0] + [n for n, _ in head["frames"]]).tolist()
-        if starts[-1] != len(packed) or any(not 0 <= raw <= _MAX_RATIO * n + (1 << 20) for n, raw in head["frames"]):
-            raise ValueError("frames do not match the file")   # more than zstd made of these bytes: not ours
-        whole = memoryview(packed)
-        self.frames = [(whole[a:a + n], raw) for a, (n, raw) in zip(starts, head["frames"])]
-        self.raw: dict[int, object] = {}
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        fr, dt, shape, at, nbytes = self.places[key]
-        if not nbytes:
-            return np.zeros(shape, dtype=np.dtype(dt))
-        return np.frombuffer(self.frame(fr), dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
-
-    def frame(self, fr: int):
-        """Frame ``fr`` decompressed (once)."""
-        if fr not in self.raw:
-            b, size = self.frames[fr]
-            self.raw[fr] = pa.decompress(b, decompressed_size=size, codec="zstd")
-        return self.raw[fr]
-
-    def __iter__(self):
-        return iter(self.places)
-
-    def __len__(self) -> int:
-        return len(self.places)
-
-
 def load(rank: int, rank_file: Path) -> tuple[dict, dict] | None:
     """(header, arrays) of the rank's kept first pass, or None where there is none for exactly this
     rank file and this code (a damaged file is None too: the partition is then read)."""
     try:
-        head, packed = _read_file(path_of(rank_file))
+        head, packed = RF.read_file(path_of(rank_file))
         if not (head.get("format") == FORMAT and head.get("code") == code_digest(*CODE) and head.get("rank") == rank
                 and [head.get("size"), head.get("mtime_ns")] == list(_identity(rank_file))):
             return None
-        z = _Packed(head, packed)
+        z = RF.Packed(head, packed)
         z.frame(0)              # what every reader reads: a damaged file is None here, not later
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None

@@ -1,0 +1,87 @@
+"""The file a rank keeps its first pass in (analysis.rank_pass): a magic line, the header's length
+(8 bytes), a JSON header, and the arrays' bytes in two zstd frames, the second read only when one
+of its arrays is (``Packed``). No pickle: a file is data, whoever wrote it.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+
+_MAGIC = b"syncviz rank pass\n"
+
+
+def write_file(fh, head: dict, arrays: dict, second) -> None:
+    """The magic line, the header's length (8 bytes), the header (JSON: ``head``, each array's name,
+    dtype, shape, frame and place in it, and each frame's packed and unpacked size) and the arrays'
+    bytes in two zstd frames: those ``second(name)`` is false of (what pass 1 reads), then the rest.
+    One header, not an .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60%
+    of loading a partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of the
+    10^8-event DDP run keeps 8.5 MB of arrays in 3.5 MB (LZ4: 4.7 MB; 2.7 GB against 2.0 GB for the
+    ZeRO-3 run's ranks), decompressed in 2.5 ms warm (LZ4 0.37 ms) -- each summary decompresses
+    every rank in pass 1 and again in pass 2, so pass 1 leaves the second frame packed."""
+    groups: list[list] = [[], []]
+    for k, v in arrays.items():
+        groups[bool(second(k))].append((k, np.ascontiguousarray(v)))
+    places, frames, packed = [], [], []
+    for i, group in enumerate(groups):
+        at = 0
+        for k, v in group:
+            places.append([k, v.dtype.str, list(v.shape), i, at, v.nbytes])
+            at += v.nbytes
+        packed.append(pa.compress(b"".join(v.tobytes() for _, v in group), codec="zstd", asbytes=True))
+        frames.append([len(packed[-1]), at])
+    text = json.dumps({**head, "arrays": places, "frames": frames}).encode()
+    fh.write(_MAGIC + len(text).to_bytes(8, "little") + text)
+    for b in packed:
+        fh.write(b)
+
+
+def read_file(path: Path) -> tuple[dict, bytes]:
+    data = Path(path).read_bytes()
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a rank pass file")
+    n = int.from_bytes(data[len(_MAGIC):len(_MAGIC) + 8], "little")
+    body = len(_MAGIC) + 8 + n
+    head = json.loads(data[len(_MAGIC) + 8:body])
+    return head, data[body:]
+
+
+_MAX_RATIO = 64         # zstd kept a rank's arrays in ~1/2.4 of their size (10^8-event run); far above that is damage
+
+
+class Packed(Mapping):
+    """A rank's kept arrays by name, each frame decompressed when one of its arrays is first read:
+    read-only views of the frame's buffer (merge copies every array it keeps)."""
+
+    def __init__(self, head: dict, packed: bytes):
+        self.places = {k: (fr, dt, shape, at, nbytes) for k, dt, shape, fr, at, nbytes in head["arrays"]}
+        starts = np.cumsum([0] + [n for n, _ in head["frames"]]).tolist()
+        if starts[-1] != len(packed) or any(not 0 <= raw <= _MAX_RATIO * n + (1 << 20) for n, raw in head["frames"]):
+            raise ValueError("frames do not match the file")   # more than zstd made of these bytes: not ours
+        whole = memoryview(packed)
+        self.frames = [(whole[a:a + n], raw) for a, (n, raw) in zip(starts, head["frames"])]
+        self.raw: dict[int, object] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        fr, dt, shape, at, nbytes = self.places[key]
+        if not nbytes:
+            return np.zeros(shape, dtype=np.dtype(dt))
+        return np.frombuffer(self.frame(fr), dtype=np.dtype(dt), count=nbytes // np.dtype(dt).itemsize, offset=at).reshape(shape)
+
+    def frame(self, fr: int):
+        """Frame ``fr`` decompressed (once)."""
+        if fr not in self.raw:
+            b, size = self.frames[fr]
+            self.raw[fr] = pa.decompress(b, decompressed_size=size, codec="zstd")
+        return self.raw[fr]
+
+    def __iter__(self):
+        return iter(self.places)
+
+    def __len__(self) -> int:
+        return len(self.places)
