@@ -388,6 +388,31 @@ def json_head(path: Path) -> dict:
     return json.loads(data[at + 8:at + 8 + n])
 
 
+def test_summary_keep_passes_writes_the_missing_and_stale_ones(tmp_path, monkeypatch, reads):
+    """`syncviz summary --keep-passes` on a run whose ranks kept no pass from this syncviz (one has none,
+    one was written by other code, two are current): it writes exactly the two, says so on stderr,
+    prints the report it prints without them, and the next summary reads no rank file."""
+    run = _copy(DATA / "straggler", tmp_path)
+    files = R.rank_files(run)
+    expected = _cli("summary", "--fresh", str(run))
+    for r in (0, 2):
+        assert rank_pass.write(r, files[r]) is not None
+    with monkeypatch.context() as m:
+        m.setattr(rank_pass, "code_digest", lambda *packages: "other-code")
+        assert rank_pass.write(3, files[3]) is not None
+    stamps = {r: rank_pass.path_of(files[r]).stat().st_mtime_ns for r in (0, 2)}
+    r = CliRunner().invoke(cli, ["summary", "--fresh", "--keep-passes", str(run), "--jobs", "1"])
+    assert r.exit_code == 0, r.output
+    assert "2 ranks' first passes written" in r.stderr
+    assert r.stdout == expected
+    assert all(rank_pass.load(k, f) is not None for k, f in files.items())
+    assert {k: rank_pass.path_of(files[k]).stat().st_mtime_ns for k in (0, 2)} == stamps, "current ones left alone"
+    reads.clear()
+    assert _cli("summary", "--fresh", str(run)) == expected and reads == []
+    r = CliRunner().invoke(cli, ["summary", "--keep-passes", str(tmp_path / "nothing-here")])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+
+
 def test_kept_passes_are_keyed_on_the_code_that_decides_them():
     """A pass is trusted under the digest of syncviz/analysis and syncviz/trace only (rank_pass.CODE),
     so that holds only while their code imports nothing else of syncviz's: every import checked."""

@@ -333,15 +333,18 @@ def merge(comms: list[dict], extras: list[dict], wide: dict) -> tuple[dict, dict
     return c, idents, extra
 
 
-def write_run(run_dir, jobs: int | None = None) -> int:
+def write_run(run_dir, jobs: int | None = None, missing_only: bool = False) -> int:
     """Write the first pass of every rank file of a recorded run, as its ranks would have when they
     closed (``jobs`` processes; benchmarks/scale.py times this separately from the summary, and a
-    run recorded by an older syncviz gets them this way). Returns how many were written."""
+    run recorded by an older syncviz gets them this way: ``syncviz summary --keep-passes``, which
+    writes only the ranks with no usable pass, ``missing_only``). Returns how many were written."""
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing as mp
 
     from syncviz.trace import read as R
-    files = list(R.rank_files(Path(run_dir)).items())
+    files = [(r, f) for r, f in R.rank_files(Path(run_dir)).items() if not missing_only or load(r, f) is None]
+    if not files:
+        return 0
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(files)))
     if jobs == 1:
         return sum(_write_one(f) for f in files)
