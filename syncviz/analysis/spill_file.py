@@ -7,7 +7,7 @@ not as float64: half the bytes to write, read back and select in. Every value co
 same float64 exactly, so medians and quantiles are the same numbers (``narrow``).
 
 A bandwidth column (algbw, busbw) is a ratio of the service time beside it: where service > 0,
-bytes / service × factor (comm_times). Where a group's rows (a bucket's) share their bytes and
+bytes / service × factor (comm_times). Where every group's rows (a bucket's) share their bytes and
 factor, the column is not written: reading computes it from the service time and the group's two
 numbers (``Ratio``), the same float64. The bucket rows' spill then writes 24 bytes a row, not 40:
 this VM pays ~2.4 s a GiB for the first touch of memory it got back (README, session 34), and the
