@@ -49,6 +49,14 @@ NS = 1e-9
 
 # ------------------------------------------------------------------------- bandwidth conventions
 
+def algbw_gbps(nbytes: np.ndarray, service_ns: np.ndarray) -> np.ndarray:
+    """Algorithm bandwidth, bytes / service time (bytes/ns == GB/s), NaN where the service time is
+    not > 0 (clock error hides it). The one definition: comm_metrics, the partitioned summary's
+    comm_times and the spills that compute it on reading (spill_file.ratio_values) all call this."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(service_ns > 0, nbytes / service_ns, np.nan)
+
+
 def busbw_factor(op: str, n: int) -> float:
     """nccl-tests' bus-bandwidth factor for ``op`` on ``n`` ranks."""
     if n <= 1:
@@ -181,9 +189,7 @@ def comm_metrics(run_or_events: Run | pd.DataFrame, kinds=(S.BUCKET,), joined: p
     rows["span_ns"] = (rows["end_ns"] - rows["launch_ns"]).astype(np.int64)
     rows["duration_ns"] = rows["service_ns"]
     rows["launch_delay_ns"] = np.where(rows["ready_ns"] >= 0, rows["launch_ns"] - rows["ready_ns"], np.nan)
-    svc = rows["service_ns"].to_numpy(dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where(svc > 0, rows["bytes"] / svc, np.nan)   # bytes/ns == GB/s
+    algbw = algbw_gbps(rows["bytes"].to_numpy(dtype=float), rows["service_ns"].to_numpy(dtype=float))
     rows["algbw_gbps"] = algbw
     rows["busbw_gbps"] = algbw * _busbw_factors(rows["op"], rows["group_size"])
     rows["exposed_ns"] = np.round(rows["exposed_ns"]).astype(np.int64)

@@ -16,7 +16,7 @@ from syncviz.analysis import eventarrays as E
 from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
-from syncviz.analysis.metrics import SCATTER_OPS, busbw_factors
+from syncviz.analysis.metrics import SCATTER_OPS, algbw_gbps, busbw_factors
 from syncviz.analysis.partition_local import ident_index, is_wire
 from syncviz.analysis.tables import BUCKET_MEDIANS
 
@@ -34,8 +34,7 @@ def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
     ar = np.array([o == "all_reduce" for o in ops], dtype=bool)        # per dictionary entry, then per row
     sc = np.array([o in SCATTER_OPS for o in ops], dtype=bool)
     op = c["op"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where(svc > 0, c["bytes"] / svc, np.nan)   # bytes/ns == GB/s
+    algbw = algbw_gbps(c["bytes"], svc)
     factor = busbw_factors(ar[op] if len(ops) else np.zeros(len(op), bool), sc[op] if len(ops) else np.zeros(len(op), bool),
                            c["group_size"])
     t.update(gid=gid, algbw_gbps=algbw, busbw_gbps=algbw * factor, bw_factor=factor, duration_ns=svc,

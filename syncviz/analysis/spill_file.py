@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from syncviz.analysis.metrics import algbw_gbps
+
 
 @dataclass
 class Piece:
@@ -63,9 +65,8 @@ class Ratio:
 
 
 def ratio_values(source: np.ndarray, num, fac) -> np.ndarray:
-    """A Ratio's values of float64 ``source``: comm_times' algbw (``fac`` 1.0: x × 1.0 is x) and busbw."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(source > 0, num / source, np.nan) * fac
+    """A Ratio's values of float64 ``source``: metrics.algbw_gbps (``fac`` 1.0: x × 1.0 is x) and busbw."""
+    return algbw_gbps(num, source) * fac
 
 
 def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarray, columns: list,
@@ -250,12 +251,10 @@ def _read_layout(path: str) -> _Layout:
 def _mapped(piece: Piece) -> list[np.ndarray]:
     """A piece's columns memory-mapped (read-only), as stored; a Ratio column computed (float64)."""
     lay = _layout(piece.path)
-    cols = [None if k == RATIO else np.memmap(piece.path, dtype=dt, mode="r", offset=at, shape=(lay.rows,))
-            for k, dt, at in zip(lay.kinds, lay.dtypes, lay.starts)]
-    counts = np.diff(lay.ends, prepend=0)
-    for ci, (num, fac) in lay.tables.items():
-        cols[ci] = ratio_values(_floats(cols[lay.params[ci]]), np.repeat(num, counts), np.repeat(fac, counts))
-    return cols
+    with open(piece.path, "rb") as f:
+        return [lay.read(f, ci, 0, lay.rows) if k == RATIO else
+                np.memmap(piece.path, dtype=dt, mode="r", offset=at, shape=(lay.rows,))
+                for ci, (k, dt, at) in enumerate(zip(lay.kinds, lay.dtypes, lay.starts))]
 
 
 def _floats(c: np.ndarray) -> np.ndarray:
