@@ -303,6 +303,33 @@ def move_slider(driver, key) -> tuple[float, float]:
     return float(down), float(down) - t
 
 
+def jump_breakdown(port: int, name: str, jumps: int, look: float) -> str:
+    """``jumps`` PageDown moves from the run's last step (steps the timed moves did not draw), in a
+    browser that traces itself, summarized by dashboard_trace."""
+    import dashboard_trace as T
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    driver = T.traced_browser(WATCH_JS, CHROME_FLAGS)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/replay?run={name}")
+        wait_drawn(driver, None)
+        step = int(driver.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").get_attribute("aria-valuemax"))
+        move_slider(driver, Keys.END)
+        wait_drawn(driver, step)
+        painted = []
+        for _ in range(jumps):
+            step -= 10
+            if step < 0:
+                break
+            time.sleep(look)
+            t0, _ = move_slider(driver, Keys.PAGE_DOWN)
+            painted.append(wait_drawn(driver, step) - t0)
+        rows = T.jumps(T.trace_events(driver, f"http://127.0.0.1:{port}/_dash-layout"))
+        return T.summary_line(rows[1:], painted)           # rows[0]: the End key
+    finally:
+        driver.quit()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=64)
@@ -312,6 +339,9 @@ def main(argv=None) -> int:
     ap.add_argument("--look", type=float, default=0.5,
                     help="seconds between a step drawn and the next key press (a person looking at it; the "
                     "page draws the next step ahead meanwhile)")
+    ap.add_argument("--breakdown", type=int, default=0, metavar="N",
+                    help="then N more jumps in a second browser with Chromium's tracing on, and where their time went "
+                    "(request, response, commit, WebGL: benchmarks/dashboard_trace.py)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "syncviz-bench-dash")
     ap.add_argument("--pages", action="store_true", help="also time the first open of every page (fresh server each; "
@@ -416,6 +446,7 @@ def main(argv=None) -> int:
                           max((c["server"] for c in draws if c["server"] is not None), default=None), drawn - t0,
                           max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0, heat))
             step = expect
+        traced = jump_breakdown(port, name, args.breakdown, args.look) if args.breakdown else None
     finally:
         driver.quit()
         server.terminate()
@@ -461,6 +492,9 @@ def main(argv=None) -> int:
         f"{label} {statistics.median(ms):.0f} ms {'PASS' if statistics.median(ms) <= SLIDER_TARGET_MS else 'FAIL'}"
         for label, ms in paths))
     ok_painted = all(statistics.median(ms) <= SLIDER_TARGET_MS for _, ms in paths)
+    if traced is not None:
+        print(f"  where a jump's time goes ({args.breakdown} more jumps, PageDown from the last step, in a second "
+              f"browser with Chromium's tracing on): {traced}")
     print("  each move (key: server ms / painted ms, source): " + ", ".join(
         f"{k}: {'copy' if c else f'{ms:.0f}'}/{b:.0f} "
         f"({'block' if src.startswith('block') else 'kept' if src.startswith('kept') else 'alone'})"
