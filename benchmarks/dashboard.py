@@ -46,6 +46,11 @@ CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
 # in ~80-125 ms after Plotly returns (2026-11-29, benchmarks/scale.py's 10^8 run). Until then "drawn" was __shown, which a step from
 # the page's copy reaches before that paint and a step from the server after it (the draw-ahead
 # request's task runs first), so the two read 89 and 289 ms for ~190 and ~290 ms painted.
+# __shown is noted the moment it happens: when Plotly.react returns (wrapped once Plotly loads)
+# and when a class changes (the copy brought to the front), the 5 ms poll only as a fallback.
+# Noted by the poll alone, a jump's step was often seen only after the frame that painted it had
+# run (that frame's commit holds the page's thread ~85 ms here: benchmarks/dashboard_trace.py), so
+# __drawn waited for the frame after, and for the heatmap drawn before it (session 36).
 WATCH_JS = """
 window.__drawn = {};
 window.__shown = {};
@@ -53,7 +58,7 @@ window.__shown = {};
 window.__keys = [];
 window.addEventListener('keydown', function () { window.__keys.push(performance.now()); }, true);
 window.__heat = {};
-setInterval(function () {
+function look() {
   // the lateness heatmap under the timeline (its layout.meta.step): painted when, the same way
   var hg = document.querySelector('#replay-lateness .js-plotly-plot');
   var h = hg && hg.layout && hg.layout.meta ? hg.layout.meta.step : undefined;
@@ -69,6 +74,16 @@ setInterval(function () {
   requestAnimationFrame(function () {
     setTimeout(function () { if (!(s in window.__drawn)) window.__drawn[s] = performance.now(); }, 0);
   });
+}
+new MutationObserver(look).observe(document, {attributes: true, attributeFilter: ['class'], subtree: true});
+setInterval(function () {
+  var P = window.Plotly;
+  if (P && P.react && !P.react.__watched) {
+    var react = P.react;
+    P.react = function () { var out = react.apply(this, arguments); look(); return out; };
+    P.react.__watched = true;
+  }
+  look();
 }, 5);
 // each callback request: its outputs, when it was sent and answered, and its server time
 window.__calls = [];
@@ -316,7 +331,7 @@ def jump_breakdown(port: int, name: str, jumps: int, look: float) -> str:
         step = int(driver.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").get_attribute("aria-valuemax"))
         move_slider(driver, Keys.END)
         wait_drawn(driver, step)
-        painted = []
+        shown, painted = [], []
         for _ in range(jumps):
             step -= 10
             if step < 0:
@@ -324,8 +339,9 @@ def jump_breakdown(port: int, name: str, jumps: int, look: float) -> str:
             time.sleep(look)
             t0, _ = move_slider(driver, Keys.PAGE_DOWN)
             painted.append(wait_drawn(driver, step) - t0)
+            shown.append(driver.execute_script("return window.__shown[arguments[0]];", step) - t0)
         rows = T.jumps(T.trace_events(driver, f"http://127.0.0.1:{port}/_dash-layout"))
-        return T.summary_line(rows[1:], painted)           # rows[0]: the End key
+        return T.summary_line(rows[1:], shown, painted)           # rows[0]: the End key
     finally:
         driver.quit()
 

@@ -1,7 +1,7 @@
 """benchmarks/dashboard_trace.py: where a Replay jump's time goes, read from Chromium trace events.
 Hand-built traces: the draw request is matched by its request id (not the next response of any
-request), the commit counted is the first after the body that read back a WebGL canvas on the
-page's own thread, and a move with no request (drawn from the page's copy) has no figures."""
+request), the WebGL read backs counted are the page's own thread's between the body and the paint,
+and a move with no request (drawn from the page's copy) has no figures."""
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +24,9 @@ def ev(name, ts_ms, where=PAGE, dur_ms=None, **data):
 
 def jump(t0, rid):
     """A jump at t0 ms: request at +15, an unrelated request's response first, its own at +90 /
-    body +100, a small commit with no read back at +110, the one with WebGL at +140 for 80 ms
-    (read back 70 ms), and a GPU-process read back that is not the page's."""
+    body +100, read backs on the page's thread at +141 (60 ms) and +205 (10 ms), one before the
+    body, one after the paint (+300: not counted with a paint at +250), and a GPU-process read
+    back that is not the page's."""
     url = "http://127.0.0.1:1/_dash-update-component"
     return [ev("EventDispatch", t0, dur_ms=5, type="keydown"),
             ev("ResourceSendRequest", t0 + 15, requestId=rid, url=url),
@@ -34,28 +35,30 @@ def jump(t0, rid):
             ev("ResourceFinish", t0 + 45, requestId="other"),
             ev("ResourceReceiveResponse", t0 + 90, requestId=rid),
             ev("ResourceFinish", t0 + 100, requestId=rid),
-            ev("Commit", t0 + 110, dur_ms=2),
-            ev("Commit", t0 + 140, dur_ms=80),
+            ev("GLES2::ReadPixels", t0 + 50, dur_ms=7),
             ev("GLES2::ReadPixels", t0 + 141, dur_ms=60),
+            ev("GLES2::ReadPixels", t0 + 300, dur_ms=40),
             ev("GLES2::ReadPixels", t0 + 205, dur_ms=10),
             ev("GLES2::ReadPixels", t0 + 150, where=GPU, dur_ms=500)]
 
 
-def test_a_jump_split_into_request_response_commit_and_webgl():
+def test_a_jump_split_into_request_response_and_webgl():
     events = jump(1000, "a") + [ev("EventDispatch", 2000, dur_ms=3, type="keydown")] + jump(3000, "b")
     rows = T.jumps(events[::-1])            # any order
     assert len(rows) == 3
-    assert rows[0] == {"request": 15, "response": 90, "body": 100, "commit": 140, "committed": 220, "webgl_wait": 70}
-    assert rows[1] == dict.fromkeys(rows[0])          # no request: drawn from the page's copy
+    assert rows[0] == {"request": 15, "response": 90, "body": 100, "reads": [[141, 60], [205, 10], [300, 40]]}
+    assert rows[1] == {"request": None, "response": None, "body": None, "reads": []}   # drawn from the page's copy
     assert rows[2] == rows[0]
-    line = T.summary_line(rows, [250.0, 260.0])
-    assert "2 jumps" in line and "request sent 15" in line and "committed 140-220" in line and "waited 70 ms" in line
-    assert "255 ms" in line
-    assert "no jump" in T.summary_line(rows[1:2], [])
+    line = T.summary_line(rows, [110.0, 40.0, 120.0], [250.0, 60.0, 260.0])
+    assert "2 jumps" in line and "request sent 15" in line and "response 90" in line and "body 100" in line
+    assert "had the step 115" in line and "painted 255" in line and "waited 70 ms" in line
+    assert "waited 110 ms" in T.summary_line(rows[:1], [110.0], [350.0])     # the read back at +300 now before the paint
+    assert "no jump" in T.summary_line(rows[1:2], [40.0], [60.0])
 
 
 def test_a_jump_whose_body_never_came():
     events = jump(0, "a")
     events = [e for e in events if not (e["name"] == "ResourceFinish" and e["args"]["data"]["requestId"] == "a")]
     row = T.jumps(events)[0]
-    assert row["request"] == 15 and row["response"] == 90 and row["body"] is None and row["commit"] is None
+    assert row == {"request": 15, "response": 90, "body": None, "reads": []}
+    assert "waited n/a ms" in T.summary_line([row], [None], [250.0])
