@@ -357,7 +357,7 @@ def main(argv=None) -> int:
                     "page draws the next step ahead meanwhile)")
     ap.add_argument("--breakdown", type=int, default=0, metavar="N",
                     help="then N more jumps in a second browser with Chromium's tracing on, and where their time went "
-                    "(request, response, commit, WebGL: benchmarks/dashboard_trace.py)")
+                    "(request, response, Plotly, paint, the wait for WebGL: benchmarks/dashboard_trace.py)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "syncviz-bench-dash")
     ap.add_argument("--pages", action="store_true", help="also time the first open of every page (fresh server each; "
