@@ -187,3 +187,15 @@ def test_ordered_codes_are_a_sorted_groupbys_group_numbers():
         assert np.array_equal(codes, want) and k == want.max() + 1
     codes, k = K.ordered_codes(np.zeros(0, dtype=np.int8))
     assert len(codes) == 0 and codes.dtype == np.int64 and k == 0
+    # a column of one value (skipped), every column so (one group), every combination present
+    # (the codes as built, no table lookup) and one missing: each a groupby's numbers
+    five, b = np.full(6, 5, dtype=np.int16), np.array([3, 1, 2, 1, 3, 2], dtype=np.int8)
+    h = np.array([1, 0, 1, 1, 0, 0], dtype=np.int8)
+    for cols in ([five, b], [b, five], [five, five], [h, five, b], [h, b], [h[:5], b[:5]], [b + 100, h]):
+        frame = pd.DataFrame({f"c{i}": c for i, c in enumerate(cols)})
+        want = frame.groupby(list(frame.columns), sort=True).ngroup().to_numpy()
+        codes, k = K.ordered_codes(*cols)
+        assert np.array_equal(codes, want) and k == want.max() + 1 and codes.dtype == np.int64
+    x = np.array([0, 2, 1, 2], dtype=np.int64)      # already 0..k-1, all present: a new array all the same
+    codes, k = K.dense_codes(x)
+    assert k == 3 and np.array_equal(codes, x) and codes is not x and not np.shares_memory(codes, x)
