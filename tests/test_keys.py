@@ -35,6 +35,25 @@ def test_cumcount_and_group_max(frame):
     assert np.array_equal(K.group_max(codes, frame["t"].to_numpy()), want)
 
 
+def test_group_codes_agree_exactly_where_the_rows_do():
+    """K.group_codes (built in place, one-value columns skipped) gives equal codes exactly to rows
+    equal on every column: small and wide ints, bools, strings with None, a column of one value
+    first, last or alone; the callers' arrays are left as they were."""
+    rng = np.random.default_rng(4)
+    makers = [lambda n: rng.integers(0, 3, n).astype(np.int8), lambda n: rng.integers(-2, 2, n) * 10 ** 12,
+              lambda n: rng.integers(0, 2, n).astype(bool), lambda n: np.full(n, 7, dtype=np.int16),
+              lambda n: pd.Series(rng.choice(["a", "b", None], n)), lambda n: rng.integers(5, 9, n).astype(np.uint16)]
+    for _ in range(300):
+        n = int(rng.integers(1, 50))
+        cols = [makers[int(i)](n) for i in rng.integers(0, len(makers), int(rng.integers(1, 5)))]
+        before = [pd.Series(c).copy() for c in cols]
+        codes = K.group_codes(*cols)
+        frame = pd.DataFrame({f"c{i}": c for i, c in enumerate(cols)})
+        want = frame.groupby(list(frame.columns), sort=False, dropna=False).ngroup().to_numpy()
+        assert codes.dtype == np.int64 and np.array_equal(pd.factorize(codes)[0], pd.factorize(want)[0])
+        assert all(pd.Series(c).equals(b) for c, b in zip(cols, before))
+
+
 def test_prev_cummax(frame):
     f = frame.sort_values(["rank", "t"], kind="stable")
     g, v = f["rank"].to_numpy(), f["t"].to_numpy().astype(float)
@@ -199,3 +218,15 @@ def test_ordered_codes_are_a_sorted_groupbys_group_numbers():
     x = np.array([0, 2, 1, 2], dtype=np.int64)      # already 0..k-1, all present: a new array all the same
     codes, k = K.dense_codes(x)
     assert k == 3 and np.array_equal(codes, x) and codes is not x and not np.shares_memory(codes, x)
+
+
+def test_distinct_pairs_counts_the_set_of_pairs():
+    """K.distinct_pairs: the size of the set of (a, b), by a table over a small code range or by
+    pd.unique over a wide one; 0 for no rows."""
+    rng = np.random.default_rng(9)
+    for scale in (1, 10 ** 12):
+        for _ in range(50):
+            n = int(rng.integers(1, 80))
+            a, b = rng.integers(-3, 4, n) * scale, rng.integers(0, 5, n).astype(np.int16)
+            assert K.distinct_pairs(a, b) == len(set(zip(a.tolist(), b.tolist())))
+    assert K.distinct_pairs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)) == 0

@@ -12,28 +12,43 @@ import pandas as pd
 
 
 def _column_codes(col) -> tuple[np.ndarray, int]:
-    """Codes 0..k-1 of one column and k (any order of codes: only equality matters)."""
+    """Codes 0..k-1 of one column and k (any order of codes: only equality matters), in a new int64
+    array."""
     v = col.to_numpy() if isinstance(col, pd.Series) and col.dtype.kind in "iub" else col
     if isinstance(v, np.ndarray) and v.dtype.kind in "iub" and len(v):
         lo, hi = int(v.min()), int(v.max())
         if hi - lo < 1 << 24:
-            return (v.astype(np.int64) - lo), hi - lo + 1
+            c = v.astype(np.int64)
+            if lo:
+                c -= lo
+            return c, hi - lo + 1
     codes, uniq = pd.factorize(v)
-    return codes.astype(np.int64), len(uniq) + 1          # + 1: factorize gives -1 for missing
+    codes = codes.astype(np.int64)
+    k = len(uniq) + 1                                   # + 1: factorize gives -1 for missing
+    codes[codes < 0] = k - 1
+    return codes, k
 
 
 def group_codes(*cols) -> np.ndarray:
     """One int64 code per row, equal exactly where the rows agree on every column (codes are not
-    dense and not sorted; NaN/None equal each other)."""
-    code, card = np.zeros(len(cols[0]), dtype=np.int64), 1
+    dense and not sorted; NaN/None equal each other). Built in place in one array (the identity
+    columns of a 10^8-event partition's 660,000 comm rows: see tests/test_keys.py for the reference
+    arithmetic it equals)."""
+    code, card = None, 1
     for col in cols:
         c, k = _column_codes(col)
-        c = np.where(c < 0, k - 1, c)
+        if k == 1 and code is not None:                 # one value: every code times 1, plus 0
+            continue
+        if code is None:
+            code, card = c, k
+            continue
         if card * k >= 1 << 62:                     # keep the combined code in int64: re-densify
             code, uniq = pd.factorize(code)
             code, card = code.astype(np.int64), len(uniq)
-        code, card = code * k + c, card * k
-    return code
+        code *= k
+        code += c
+        card *= k
+    return code if code is not None else np.zeros(0, dtype=np.int64)
 
 
 _WORD = 1 << 62        # packed keys stay below this: int64, with room for the offset arithmetic
@@ -228,8 +243,17 @@ def max_by_key(src: list, values: np.ndarray, dst: list) -> tuple[np.ndarray, np
 
 
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> int:
-    """How many distinct (a, b) pairs there are."""
-    return dense_codes(group_codes(a, b))[1] if len(a) else 0
+    """How many distinct (a, b) pairs there are (counted in a table where their codes' range is
+    small: no codes made dense only to be counted)."""
+    if not len(a):
+        return 0
+    code = group_codes(a, b)
+    lo, hi = int(code.min()), int(code.max())
+    if hi - lo >= 4 * len(code) + (1 << 20):
+        return len(pd.unique(code))
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[code - lo if lo else code] = True
+    return int(np.count_nonzero(present))
 
 
 def group_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
