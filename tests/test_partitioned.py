@@ -252,6 +252,47 @@ def test_summary_json_stops_before_the_disk_is_full(tmp_path):
     assert out.stat().st_size == 0 and not any(scratch.iterdir())
 
 
+class _Stop(Exception):
+    pass
+
+
+def _write_pieces(folder: str) -> int:
+    """A pass-2 task's writes, slowed down: 30 pieces 10 ms apart into ``folder``."""
+    import time
+    for i in range(30):
+        (Path(folder) / f"piece-{i}").write_bytes(b"x" * 1000)
+        time.sleep(0.01)
+    return 30
+
+
+def test_a_summary_stopped_early_waits_for_its_tasks_then_removes_its_scratch(tmp_path):
+    """The scratch folder of a summary stopped while its pool's tasks still write into it (an error,
+    `summary --json` stopping before a full disk): the stop is what is raised, the tasks finish (not
+    their folder removed under them) and then the folder goes whole. Removed under them, the DDP
+    10^8-event run's `summary --json` once raised "Directory not empty" in place of its one line."""
+    import multiprocessing as mp
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from syncviz.analysis import partitioned as PT
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        assert pool.submit(int, "1").result() == 1        # the worker is up
+        with pytest.raises(_Stop):
+            with PT._scratch_dir(str(tmp_path), pool) as d:
+                task = pool.submit(_write_pieces, d)
+                time.sleep(0.1)
+                raise _Stop
+        assert task.result(timeout=0) == 30 and not any(tmp_path.iterdir())
+    run = simulated_run(tmp_path / "runs", "stop", "--model", "gpt2-medium", "--world-size", "4", "--steps", "3")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def stop(total, written):
+        raise _Stop
+    with tempfile.TemporaryDirectory() as d, pytest.raises(_Stop):
+        summarize(run, jobs=2, target_events=1, json_dir=d, json_room=stop, scratch=str(scratch))
+    assert not any(scratch.iterdir())
+
+
 def test_a_run_too_big_to_read_whole_is_refused_in_one_line(tmp_path):
     """The commands that read a run whole (summary/compare --whole, a whole-run Perfetto export,
     advise) refuse one whose read would not fit in the available memory, in one line that says what
