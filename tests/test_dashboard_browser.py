@@ -322,6 +322,36 @@ def test_replay_without_request_idle_callback(server, browser):
         browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
 
 
+GL_CANVAS_JS = """
+var done = arguments[arguments.length - 1];
+var div = document.createElement('div');
+document.body.appendChild(div);
+Plotly.newPlot(div, [{type: 'scattergl', mode: 'lines', x: [0, 1, 2], y: [0, 1, 0]}],
+               {width: 400, height: 300, margin: {l: 0, r: 0, t: 0, b: 0}}).then(function () {
+  var c = div.querySelector('canvas.gl-canvas-context');
+  var out = [window.devicePixelRatio, c.width, c.height];
+  Plotly.purge(div); div.remove(); done(out);
+});
+"""
+
+
+def test_webgl_is_drawn_at_the_screens_pixel_ratio(server, browser):
+    """assets/gl_pixel_ratio.js: a WebGL plot's canvas has the screen's pixels (Plotly's default
+    draws twice as many each way, four times the work where WebGL is drawn in software), on a
+    screen of ratio 1 and on one of ratio 2."""
+    base, _ = server
+    try:
+        for ratio in (1, 2):
+            browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                    {"width": 1400, "height": 1000, "deviceScaleFactor": ratio, "mobile": False})
+            browser.get(f"{base}/replay?run=synth24")
+            wait_for(lambda: shown_step(browser) == 1, "synth24 drawn")
+            browser.set_script_timeout(30)
+            assert browser.execute_async_script(GL_CANVAS_JS) == [ratio, 400 * ratio, 300 * ratio]
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
 def test_unknown_run_in_the_address_is_an_error(server, browser):
     base, _ = server
     browser.get(f"{base}/replay?run=does-not-exist")
