@@ -273,11 +273,11 @@ def test_a_summary_stopped_early_waits_for_its_tasks_then_removes_its_scratch(tm
     import multiprocessing as mp
     import time
     from concurrent.futures import ProcessPoolExecutor
-    from syncviz.analysis import partitioned as PT
+    from syncviz.analysis import summary_pool as SP
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
         assert pool.submit(int, "1").result() == 1        # the worker is up
         with pytest.raises(_Stop):
-            with PT._scratch_dir(str(tmp_path), pool) as d:
+            with SP.scratch_dir(str(tmp_path), pool) as d:
                 task = pool.submit(_write_pieces, d)
                 time.sleep(0.1)
                 raise _Stop

@@ -30,11 +30,7 @@ step) tables; never the run. ``summarize`` returns a SummaryTables the summary v
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +46,7 @@ from syncviz.analysis import partition_joined as PJ
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
 from syncviz.analysis.metrics import _ms, headline_steps
+from syncviz.analysis.summary_pool import process_pool, scratch_dir
 from syncviz.analysis.tables import step_table_of
 from syncviz.trace import read as R
 from syncviz.trace import validate as V
@@ -160,7 +157,7 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
         return _summarize(run_dir, meta, files, mproblems, parts, "an external executor", executor, say, scratch,
                           own=False, compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir,
                           json_room=json_room)
-    pool = _pool(jobs)
+    pool = process_pool(jobs)
     try:
         return _summarize(run_dir, meta, files, mproblems, parts, f"{jobs} processes", pool, say, scratch,
                           compare=compare, json_dir=json_dir, export_dir=export_dir, replay_dir=replay_dir,
@@ -172,7 +169,7 @@ def summarize(run_dir, jobs: int | None = None, target_events: int = PARTITION_E
 
 def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_root=None, own=True,
                compare=False, json_dir=None, export_dir=None, replay_dir=None, json_room=None) -> SummaryTables:
-    with _scratch_dir(scratch_root, pool if own else None) as scratch:
+    with scratch_dir(scratch_root, pool if own else None) as scratch:
         say(f"pass 1/2: {len(parts)} partitions of ranks, {jobs}")
         kept = [str(Path(scratch) / f"part-{i}.arrays") for i in range(len(parts))]
         problems, incomplete, errors, last_step, max_rank = [], [], [], {}, -1
@@ -349,58 +346,6 @@ def _unfinished(meta: dict, last: dict, incomplete: list[int]) -> str | None:
     where = "; ".join(f"rank {r} " + (f"after step {last[r]}" if r in last else "before its first step")
                       for r in (incomplete or sorted(last))[:8])
     return f"run did not finish (crashed, stopped, or still recording): {where}"
-
-
-@contextlib.contextmanager
-def _scratch_dir(root: str | None, pool):
-    """The passes' scratch folder (under ``root``, default the system temp dir), removed at the end.
-    A summary stopped early (an error, `summary --json` before a full disk, Ctrl-C) leaves tasks of
-    its own ``pool`` still writing pieces into the folder: they are waited for first, so that the
-    folder goes whole and the error raised is the one that stopped the summary. Removed while they
-    ran, it raised "Directory not empty" in place of that error and left 26 MB behind (the DDP
-    10^8-event run's `summary --json`, once in seven). An executor of the caller's (Dask) is not
-    waited for: the folder is removed as far as it can be, the stop raised all the same."""
-    d = tempfile.mkdtemp(prefix="syncviz-summary-", dir=root)
-    try:
-        yield d
-    except BaseException:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def _pool(jobs: int):
-    # spawn, not fork: the parent has pyarrow's thread pools running, and a forked child can
-    # inherit a held lock from them.
-    if jobs <= 1:
-        return None
-    import multiprocessing as mp
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=keep_freed_memory)
-
-
-def keep_freed_memory() -> None:
-    """In a worker process: glibc keeps freed memory instead of giving it back to the system after
-    each large array (a partition allocates and frees some hundred arrays of ~6 MB). Measured on the
-    10^7-event run, two workers, twice each: system time 3.7 -> 1.5 s and 3.6 -> 1.7 s, wall 8.5 -> 7.2 s
-    and 8.8 -> 7.6 s. No effect (and no error) where the C library is not glibc.
-
-    Setting a trim threshold also stops glibc raising its mmap threshold as it frees large blocks,
-    so every array over 128 kB was still a fresh mapping: its pages faulted in and zeroed, and
-    unmapped when freed (perf on the 10^8-event DDP summary: 10% of all CPU in the kernel's
-    clear_page). Arrays up to 32 MB (glibc's ceiling; a partition's columns are ~6 MB, a rank's
-    decompressed first pass ~9 MB) now come from the kept heap. Same run, alternated twice: minor
-    faults 2.3-2.9 M -> 0.53-0.60 M, CPU 100.8 / 100.3 -> 96.7 / 94.6 s, wall 57.5 / 57.3 -> 55.3 /
-    54.4 s, peak memory of all processes 3.72 / 3.68 -> 3.82 / 3.83 GB."""
-    import ctypes
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-1, 1 << 30)       # M_TRIM_THRESHOLD: give memory back above 1 GB free only
-        libc.mallopt(-2, 256 << 20)     # M_TOP_PAD: grow the heap 256 MB at a time
-        libc.mallopt(-3, 32 << 20)      # M_MMAP_THRESHOLD: a fresh mapping only above 32 MB
-    except (OSError, AttributeError):
-        pass
 
 
 def _map(pool, fn, args):
