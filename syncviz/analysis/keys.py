@@ -243,17 +243,9 @@ def max_by_key(src: list, values: np.ndarray, dst: list) -> tuple[np.ndarray, np
 
 
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> int:
-    """How many distinct (a, b) pairs there are (counted in a table where their codes' range is
-    small: no codes made dense only to be counted)."""
-    if not len(a):
-        return 0
-    code = group_codes(a, b)
-    lo, hi = int(code.min()), int(code.max())
-    if hi - lo >= 4 * len(code) + (1 << 20):
-        return len(pd.unique(code))
-    present = np.zeros(hi - lo + 1, dtype=bool)
-    present[code - lo if lo else code] = True
-    return int(np.count_nonzero(present))
+    """How many distinct (a, b) pairs there are (unique_ints counts their codes: none made dense only
+    to be counted)."""
+    return len(unique_ints(group_codes(a, b))) if len(a) else 0
 
 
 def group_rows(*cols) -> tuple[np.ndarray, np.ndarray]:
