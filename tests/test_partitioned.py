@@ -193,6 +193,19 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
     assert len(json.loads(a.output)["buckets_table"]) == len(A.bucket_metrics(load_run(run))) > 9
 
 
+def test_whole_refuses_the_options_of_the_summary_by_partitions(tmp_path):
+    """--whole reads the run at once in this process: --keep-passes, --dask, --scratch and --jobs would
+    do nothing there, so each is one line and exit 2, not silently dropped (nothing read, nothing kept)."""
+    run = simulated_run(tmp_path, "w", "--model", "gpt2-medium", "--world-size", "2", "--steps", "2")
+    before = sorted(p.name for p in run.rglob("*"))
+    for extra in (["--keep-passes"], ["--dask", "local"], ["--scratch", str(tmp_path)], ["--jobs", "2"]):
+        r = CliRunner().invoke(cli, ["summary", "--whole", *extra, str(run)])
+        assert r.exit_code == 2 and "Traceback" not in r.output, (extra, r.output)
+        assert f"--whole reads the run in this process, at once: {extra[0]}" in r.output
+    assert sorted(p.name for p in run.rglob("*")) == before
+    assert CliRunner().invoke(cli, ["summary", "--whole", "--fresh", str(run)]).exit_code == 0
+
+
 def test_a_long_step_table_prints_its_ends_and_slowest_steps(tmp_path):
     """A run of more than STEP_ROWS steps prints its first and last STEP_ENDS steps and the
     STEP_SLOWEST slowest between them, in step order with a ⋮ row where steps are left out, and says
