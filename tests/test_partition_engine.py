@@ -270,6 +270,23 @@ def test_quantiles_over_spilled_pieces_are_pandas_quantiles(tmp_path, monkeypatc
     assert 5 not in got[1].index and 5 in got[0].index
 
 
+def test_the_quantiles_mean_sums_int32_values_to_the_same_long_double():
+    """quantile_stats' mean of a narrowed (int32) column sums in int64 where that gives the long double
+    sum exactly (spill._exact_sum): the same value on random columns and at the extremes, one of them
+    a sum past 2^53 that float64 cannot hold (an odd number: a float64 sum would differ)."""
+    rng = np.random.default_rng(3)
+    cases = [rng.integers(-2 ** 31 + 1, 2 ** 31, n, dtype=np.int64).astype(np.int32) for n in (1, 2, 7, 1000, 200_000)]
+    cases += [np.full(5_000_001, 2 ** 31 - 1, dtype=np.int32), np.full(70_000, -2 ** 31 + 1, dtype=np.int32)]
+    for v in cases:
+        want = v.sum(dtype=np.longdouble)
+        got = spill._exact_sum(v)
+        assert type(got) is type(want) and got == want, len(v)
+        assert spill.quantile_stats(v.copy())[-2] == float(want / len(v))
+    assert np.longdouble(cases[-2].sum(dtype=np.float64)) != cases[-2].sum(dtype=np.longdouble) or not spill._LONG_HOLDS_INT64
+    f = rng.normal(size=1000) * 1e9                 # float64: summed in long double as before
+    assert spill._exact_sum(f) == f.sum(dtype=np.longdouble)
+
+
 def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypatch):
     """A spilled column of whole numbers is kept as int32 (NaN as NAN32); one that is not (a fraction,
     a value past 32 bits, INT32_MIN itself, -0.0) stays float64, decided piece by piece. A group whose
@@ -361,6 +378,10 @@ def test_bandwidth_columns_computed_on_reading_are_the_written_ones(tmp_path, mo
                                               check_exact=True, check_index_type=False)
                 np.testing.assert_allclose(frame["mean"], ref["mean"], rtol=1e-13, atol=0)
     assert [len(s) for s in spill._where(pieces, two).values()] == [4]
+    # the service times read once for a group's algbw and busbw where they share its slices (spill._read)
+    tasks, _ = spill._plan([(pieces, ["g"], cols, lambda k: (k[1],))])
+    again = [a for t in tasks for *_, a in spill._read(t)]
+    assert any(again) and not all(again)
 
 
 def test_bucket_first_reduced_elementwise_equals_the_groupby(monkeypatch):

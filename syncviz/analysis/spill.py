@@ -28,26 +28,30 @@ def median(x: np.ndarray) -> float:
 # Measured here (numpy 2.4, one core): 800,000 int32 durations sorted in 2.0 ms, partitioned at the
 # middle in 4.3 ms; 12.5 M int32 37 ms against 95 ms; 800,000 float64 4.0 against 4.6 ms. The order
 # statistics are the same values either way.
-def median_in_place(x: np.ndarray | RatioValues) -> float:
+def median_in_place(x: np.ndarray | RatioValues, presorted: bool = False) -> float:
     """median() of a float array it may reorder: NaN sorts last in numpy, so the middle
     of the n values that are not NaN is at ranks (n - 1) // 2 and n // 2, taken as np.median takes
     them (the mean of the two for an even n), with no copy of the array without NaN. An int32 array
     (a narrowed column) has its NaN as NAN32, which sorts first: the middle is m ranks later.
-    RatioValues: their sources sorted, the middle ones' ratios."""
+    RatioValues: their sources sorted, the middle ones' ratios. ``presorted``: sorted in place by an
+    earlier call (_read hands a column again)."""
     if isinstance(x, RatioValues):
-        v = x.valid_sorted()
+        v = x.valid_sorted(presorted)
         n = len(v)         # ranks k of the ratios are ranks n - 1 - k of their sources
         return float("nan") if not n else _middle(x.ratios(v[[n - 1 - (n - 1) // 2, n - 1 - n // 2]]), n)
+    v = _valid_ascending(x, presorted)      # a sort, not x.partition: see above median_in_place
+    n = len(v)
+    return float("nan") if not n else _middle(v[[(n - 1) // 2, n // 2]], n)
+
+
+def _valid_ascending(x: np.ndarray, presorted: bool = False) -> np.ndarray:
+    """The values of ``x`` that are not NaN, ascending: a view of ``x`` sorted in place (``presorted``:
+    an earlier call sorted this array already). NAN32 (an int32 column's NaN) sorts first, NaN last."""
+    if not presorted:
+        x.sort()
     if x.dtype == np.int32:
-        m = int(np.count_nonzero(x == NAN32))
-        n = len(x) - m
-    else:
-        m, n = 0, len(x) - int(np.isnan(x).sum())
-    if not n:
-        return float("nan")
-    k = [m + (n - 1) // 2, m + n // 2]
-    x.sort()            # not x.partition(k): see above median_in_place
-    return _middle(x[k], n)
+        return x[int(np.searchsorted(x, NAN32, side="right")):]
+    return x[:len(x) - int(np.isnan(x).sum())]
 
 
 def _middle(v: np.ndarray, n: int) -> float:
@@ -140,25 +144,24 @@ def _index(groups: list, keys: list[str]) -> pd.Index:
 def median_task(task: list) -> list[tuple[int, int, int, float]]:
     """The medians of a list of (request, group number, column, the piece's column, [(piece file,
     first row, end row)]): each group's column read into one array and its median taken in place."""
-    return [(ri, gi, ci, median_in_place(x)) for ri, gi, ci, x in _read(task)]
+    return [(ri, gi, ci, median_in_place(x, presorted)) for ri, gi, ci, x, presorted in _read(task)]
 
 
 def quantile_task(task: list) -> list[tuple[int, int, int, list[float]]]:
     """median_task's reads, each group's column summarized as STATS (group_quantiles)."""
-    return [(ri, gi, ci, quantile_stats(x)) for ri, gi, ci, x in _read(task)]
+    return [(ri, gi, ci, quantile_stats(x, presorted)) for ri, gi, ci, x, presorted in _read(task)]
 
 
-def quantile_stats(x: np.ndarray | RatioValues) -> list[float]:
+def quantile_stats(x: np.ndarray | RatioValues, presorted: bool = False) -> list[float]:
     """STATS of the values that are not NaN: pandas' groupby quantile (at q·(n − 1) in sorted order,
     ``v[i] + (v[i + 1] − v[i]) · frac`` between two values), the mean and the count. The ranks
     the quantiles read are in place after one sort (see above median_in_place), and the sum is taken in
-    extended precision by numpy (math.fsum would walk each group's values as a Python list)."""
+    extended precision by numpy (math.fsum would walk each group's values as a Python list).
+    ``presorted``: as median_in_place's."""
     if isinstance(x, RatioValues):
-        v = x.ratios(x.valid_sorted()[::-1])      # every ratio, ascending
+        v = x.ratios(x.valid_sorted(presorted)[::-1])      # every ratio, ascending
     else:
-        nan = x == NAN32 if x.dtype == np.int32 else np.isnan(x)
-        v = x[~nan] if nan.any() else x
-        v.sort()            # not v.partition(ranks): see above median_in_place
+        v = _valid_ascending(x, presorted)       # not v.partition(ranks): see above median_in_place
     n = len(v)
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]
@@ -167,7 +170,22 @@ def quantile_stats(x: np.ndarray | RatioValues) -> list[float]:
         i, frac = int(a), a % 1
         lo = np.float64(v[i])           # an int32 column's values as the float64 they were
         out.append(float(lo) if frac == 0.0 else float(lo + (np.float64(v[i + 1]) - lo) * frac))
-    return out + [float(v.sum(dtype=np.longdouble) / n), float(n)]
+    return out + [float(_exact_sum(v) / n), float(n)]
+
+
+# Whether a sum of int32 values in int64, made a long double, is the long double sum itself: with
+# a 64-bit mantissa (x86's extended precision) every partial sum of fewer than 2^32 int32 values is
+# a whole number below 2^63, held exactly either way.
+_LONG_HOLDS_INT64 = np.finfo(np.longdouble).nmant >= 63
+
+
+def _exact_sum(v: np.ndarray) -> np.longdouble:
+    """v.sum(dtype=np.longdouble), the same value; an int32 array's in int64 where that is exact
+    (_LONG_HOLDS_INT64). Why: the long double sum runs on the x87 unit, one value at a time: 0.87 s
+    of the workers' CPU in the 10^8-event DDP summary's quantiles (py-spy), where int64 adds with SIMD."""
+    if v.dtype == np.int32 and _LONG_HOLDS_INT64 and len(v) < 1 << 32:
+        return np.longdouble(int(v.sum(dtype=np.int64)))
+    return v.sum(dtype=np.longdouble)
 
 
 MAX_OPEN = 256        # files a median task keeps open (_read): a quarter of the usual 1,024 a process
@@ -181,9 +199,15 @@ def _read(task: list):
     resident memory as much again. A task keeps up to MAX_OPEN files open (it reads every piece for
     each of its groups and columns: ~150,000 opens in the 10^8-event summary's medians, 147 files),
     closing the one opened first when it needs another: a run of more partitions never holds more
-    descriptors than that."""
+    descriptors than that.
+
+    Each item comes with ``presorted``: True when its array is the one the item before was handed
+    (the same column of the same slices: the bucket rows' duration, then its algbw and busbw, Ratios
+    of it), which every consumer (median_in_place, quantile_stats) has sorted in place by then. Why: the
+    10^8-event DDP summary's bucket medians read and sorted each group's durations three times."""
     files: dict[str, _Layout] = {}
     handles: dict = {}              # in the order opened
+    last: tuple | None = None       # (column, slices, array) of the item before
 
     def handle(path):
         f = handles.get(path)
@@ -200,11 +224,11 @@ def _read(task: list):
                     files[path] = _layout(path)
             pairs = {files[path].ratio_of(pci, a, b) for path, a, b in slices}
             pair = pairs.pop() if len(pairs) == 1 else None
-            if pair is not None:
-                source = files[slices[0][0]].params[pci]
-                yield ri, gi, ci, RatioValues(_column(files, handle, slices, source), *pair)
-            else:
-                yield ri, gi, ci, _column(files, handle, slices, pci)
+            read = files[slices[0][0]].params[pci] if pair is not None else pci     # a Ratio's: its source
+            again = last is not None and last[0] == read and last[1] == slices
+            x = last[2] if again else _column(files, handle, slices, read)
+            last = (read, slices, x)
+            yield ri, gi, ci, (RatioValues(x, *pair) if pair is not None else x), again
     finally:
         for f in handles.values():
             f.close()

@@ -201,10 +201,12 @@ class RatioValues:
     num: float
     fac: float
 
-    def valid_sorted(self) -> np.ndarray:
-        """The sources > 0 (those whose ratio is not NaN), ascending; sorts ``source`` in place."""
+    def valid_sorted(self, presorted: bool = False) -> np.ndarray:
+        """The sources > 0 (those whose ratio is not NaN), ascending; sorts ``source`` in place
+        (``presorted``: it is sorted already)."""
         s = self.source
-        s.sort()
+        if not presorted:
+            s.sort()
         lo = int(np.searchsorted(s, 0, side="right"))     # NAN32 and values <= 0 first; NaN last
         hi = len(s) if s.dtype == np.int32 else len(s) - int(np.isnan(s[lo:]).sum())
         return s[lo:hi]
