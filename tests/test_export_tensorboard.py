@@ -250,8 +250,9 @@ def test_export_command_by_partitions_and_whole(tmp_path):
     from click.testing import CliRunner
     from syncviz.cli import cli
     run_dir = make_ddp_run(tmp_path / "runs" / "r", straggler=1, straggle_ms=3)
-    for how in ([], ["--whole"]):
-        r = CliRunner().invoke(cli, ["export", "tensorboard", str(run_dir), "--logdir", str(tmp_path / f"tb{len(how)}"),
-                                     "--jobs", "2", *how])
+    for name, how in (("parts", ["--jobs", "2"]), ("whole", ["--whole"])):
+        r = CliRunner().invoke(cli, ["export", "tensorboard", str(run_dir), "--logdir", str(tmp_path / name), *how])
         assert r.exit_code == 0, r.output
-    assert _events_of(tmp_path / "tb0" / "r") == _events_of(tmp_path / "tb1" / "r")
+    r = CliRunner().invoke(cli, ["export", "tensorboard", str(run_dir), "--logdir", str(tmp_path / "both"), "--jobs", "2", "--whole"])
+    assert r.exit_code == 2 and "--whole reads the run in this process, at once: --jobs applies" in r.output
+    assert _events_of(tmp_path / "parts" / "r") == _events_of(tmp_path / "whole" / "r")

@@ -195,7 +195,8 @@ def test_summary_command_default_and_whole_print_the_same(tmp_path):
 
 def test_whole_refuses_the_options_of_the_summary_by_partitions(tmp_path):
     """--whole reads the run at once in this process: --keep-passes, --dask, --scratch and --jobs would
-    do nothing there, so each is one line and exit 2, not silently dropped (nothing read, nothing kept)."""
+    do nothing there, so each is one line and exit 2, not silently dropped (nothing read, nothing kept);
+    the same for compare's and the exports' --jobs."""
     run = simulated_run(tmp_path, "w", "--model", "gpt2-medium", "--world-size", "2", "--steps", "2")
     before = sorted(p.name for p in run.rglob("*"))
     for extra in (["--keep-passes"], ["--dask", "local"], ["--scratch", str(tmp_path)], ["--jobs", "2"]):
@@ -204,6 +205,12 @@ def test_whole_refuses_the_options_of_the_summary_by_partitions(tmp_path):
         assert f"--whole reads the run in this process, at once: {extra[0]}" in r.output
     assert sorted(p.name for p in run.rglob("*")) == before
     assert CliRunner().invoke(cli, ["summary", "--whole", "--fresh", str(run)]).exit_code == 0
+    both = CliRunner().invoke(cli, ["summary", "--whole", "--jobs", "2", "--scratch", str(tmp_path), str(run)])
+    assert both.exit_code == 2 and "--scratch, --jobs apply to" in both.output
+    for cmd in (["compare"], ["export", "html", "-o", str(tmp_path / "r.html")]):
+        r = CliRunner().invoke(cli, [*cmd, str(run), "--whole", "--jobs", "2"])
+        assert r.exit_code == 2 and "--jobs applies to the reading by partitions" in r.output, (cmd, r.output)
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_a_long_step_table_prints_its_ends_and_slowest_steps(tmp_path):

@@ -22,6 +22,7 @@ from syncviz.analysis import comparison as CM
 from syncviz.analysis.partitioned import Measured, SummaryTables, measure
 from syncviz.trace import Run, TraceError, find_runs, load_run, warn_problems
 from syncviz.trace.read import read_meta
+from syncviz.views import refuse_with_whole
 
 MATCH_TOLERANCE = 0.005      # measured vs expected bytes: relative difference still called "equal"
 SLOW_RATIO = 0.75            # RS or AG over an all_reduce of the same bytes: textbook ~0.5 (ring)
@@ -349,6 +350,7 @@ def model_text(c: dict) -> str:
 def compare_command(runs, strategies, as_json, jobs, whole):
     """Compare runs of different strategies on the same model (RUN: run directories, or a
     directory holding several)."""
+    refuse_with_whole(whole, jobs=jobs is not None)
     wanted = tuple(s.strip() for s in strategies.split(",") if s.strip())
 
     def progress(msg):

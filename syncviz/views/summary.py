@@ -21,6 +21,7 @@ from syncviz import analysis as A
 from syncviz.analysis import jsonrows
 from syncviz.analysis.partitioned import SummaryTables
 from syncviz.trace import Run, TraceError, load_run, warn_problems
+from syncviz.views import refuse_with_whole
 from syncviz.views import runcache as RC
 
 
@@ -242,12 +243,8 @@ def write_json(run: Run | SummaryTables, out=None) -> None:
               "run). Costs ~0.1 s of CPU a rank per 100,000 events, once.")
 def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=False, all_steps=False, keep_passes=False):
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
-    if whole:       # options of the summary by partitions: said, not silently dropped
-        given = [f for f, v in (("--keep-passes", keep_passes), ("--dask", dask_address is not None),
-                                ("--scratch", scratch is not None), ("--jobs", jobs is not None)) if v]
-        if given:
-            raise click.UsageError(f"--whole reads the run in this process, at once: {', '.join(given)} "
-                                   "applies to the summary by partitions of ranks (leave out --whole)")
+    refuse_with_whole(whole, keep_passes=keep_passes, dask=dask_address is not None, scratch=scratch is not None,
+                      jobs=jobs is not None)
     if keep_passes and not whole:
         _keep_passes(run, jobs)
     if whole:

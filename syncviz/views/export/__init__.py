@@ -14,6 +14,7 @@ import click
 
 from syncviz.trace import TraceError, find_runs, load_run, warn_problems
 from syncviz.trace.read import check_fits_whole
+from syncviz.views import refuse_with_whole
 from syncviz.views.runcache import kept_spans
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -85,6 +86,7 @@ def tensorboard_command(runs, logdir, no_profiler, jobs, whole):
     Several RUNS (or a directory holding runs) go into one logdir to compare them:
     tensorboard --logdir DIR.
     """
+    refuse_with_whole(whole, jobs=jobs is not None)
     from syncviz.analysis.partitioned import summarize
     from syncviz.views.export.tensorboard import write_tensorboard
 
@@ -180,6 +182,7 @@ def parse_steps(spec: str) -> tuple[int, int]:
               "the run). Default: by partitions of ranks, as `syncviz summary`; the timeline's steps are read alone.")
 def html_command(run, output, timeline_steps, jobs, whole):
     """One self-contained HTML file (no server, works offline): summary, timeline, charts."""
+    refuse_with_whole(whole, jobs=jobs is not None)
     from syncviz.views.export.report import write_html
 
     out = _output(output, (".html", ".htm"))
