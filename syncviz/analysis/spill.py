@@ -50,7 +50,9 @@ def _valid_ascending(x: np.ndarray, presorted: bool = False) -> np.ndarray:
     if not presorted:
         x.sort()
     if x.dtype == np.int32:
-        return x[int(np.searchsorted(x, NAN32, side="right")):]
+        # NAN32 as an int32: numpy searches an int32 array for a Python int in a copy of it in int64,
+        # 0.77 GB more at the peak of the 10^8-event DDP summary (its one-group medians: 96.6 M values)
+        return x[int(np.searchsorted(x, np.int32(NAN32), side="right")):]
     return x[:len(x) - int(np.isnan(x).sum())]
 
 

@@ -207,7 +207,9 @@ class RatioValues:
         s = self.source
         if not presorted:
             s.sort()
-        lo = int(np.searchsorted(s, 0, side="right"))     # NAN32 and values <= 0 first; NaN last
+        # NAN32 and values <= 0 first; NaN last. 0 in the source's type: numpy searches an int32 array
+        # for a Python int in a copy of it in int64 (see spill._valid_ascending)
+        lo = int(np.searchsorted(s, s.dtype.type(0), side="right"))
         hi = len(s) if s.dtype == np.int32 else len(s) - int(np.isnan(s[lo:]).sum())
         return s[lo:hi]
 
