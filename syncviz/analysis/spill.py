@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis.spill_file import (NAN32, RATIO, Piece, Ratio, RatioValues, _floats, _Layout, _layout,  # noqa: F401
-                                         _mapped, narrow, ratio_values, write_groups, write_piece)
+                                         _mapped, narrow, ratio_values, valid_ascending, write_groups, write_piece)
 
 
 def median(x: np.ndarray) -> float:
@@ -39,21 +39,9 @@ def median_in_place(x: np.ndarray | RatioValues, presorted: bool = False) -> flo
         v = x.valid_sorted(presorted)
         n = len(v)         # ranks k of the ratios are ranks n - 1 - k of their sources
         return float("nan") if not n else _middle(x.ratios(v[[n - 1 - (n - 1) // 2, n - 1 - n // 2]]), n)
-    v = _valid_ascending(x, presorted)      # a sort, not x.partition: see above median_in_place
+    v = valid_ascending(x, presorted)       # a sort, not x.partition: see above median_in_place
     n = len(v)
     return float("nan") if not n else _middle(v[[(n - 1) // 2, n // 2]], n)
-
-
-def _valid_ascending(x: np.ndarray, presorted: bool = False) -> np.ndarray:
-    """The values of ``x`` that are not NaN, ascending: a view of ``x`` sorted in place (``presorted``:
-    an earlier call sorted this array already). NAN32 (an int32 column's NaN) sorts first, NaN last."""
-    if not presorted:
-        x.sort()
-    if x.dtype == np.int32:
-        # NAN32 as an int32: numpy searches an int32 array for a Python int in a copy of it in int64,
-        # 0.77 GB more at the peak of the 10^8-event DDP summary (its one-group medians: 96.6 M values)
-        return x[int(np.searchsorted(x, np.int32(NAN32), side="right")):]
-    return x[:len(x) - int(np.isnan(x).sum())]
 
 
 def _middle(v: np.ndarray, n: int) -> float:
@@ -163,7 +151,7 @@ def quantile_stats(x: np.ndarray | RatioValues, presorted: bool = False) -> list
     if isinstance(x, RatioValues):
         v = x.ratios(x.valid_sorted(presorted)[::-1])      # every ratio, ascending
     else:
-        v = _valid_ascending(x, presorted)       # not v.partition(ranks): see above median_in_place
+        v = valid_ascending(x, presorted)        # not v.partition(ranks): see above median_in_place
     n = len(v)
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]

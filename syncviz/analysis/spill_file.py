@@ -204,17 +204,23 @@ class RatioValues:
     def valid_sorted(self, presorted: bool = False) -> np.ndarray:
         """The sources > 0 (those whose ratio is not NaN), ascending; sorts ``source`` in place
         (``presorted``: it is sorted already)."""
-        s = self.source
-        if not presorted:
-            s.sort()
-        # NAN32 and values <= 0 first; NaN last. 0 in the source's type: numpy searches an int32 array
-        # for a Python int in a copy of it in int64 (see spill._valid_ascending)
-        lo = int(np.searchsorted(s, s.dtype.type(0), side="right"))
-        hi = len(s) if s.dtype == np.int32 else len(s) - int(np.isnan(s[lo:]).sum())
-        return s[lo:hi]
+        v = valid_ascending(self.source, presorted)
+        return v[int(np.searchsorted(v, v.dtype.type(0), side="right")):]     # 0 in v's type: see valid_ascending
 
     def ratios(self, source: np.ndarray) -> np.ndarray:
         return ratio_values(source.astype(np.float64), self.num, self.fac)
+
+
+def valid_ascending(x: np.ndarray, presorted: bool = False) -> np.ndarray:
+    """The values of a column ``x`` that are not NaN, ascending: a view of ``x`` sorted in place
+    (``presorted``: sorted already). NAN32 (an int32 column's NaN) sorts first, NaN last."""
+    if not presorted:
+        x.sort()
+    if x.dtype == np.int32:
+        # NAN32 as an int32: numpy searches an int32 array for a Python int in a copy of it in int64,
+        # 0.77 GB more at the peak of the 10^8-event DDP summary (its one-group medians: 96.6 M values)
+        return x[int(np.searchsorted(x, np.int32(NAN32), side="right")):]
+    return x[:len(x) - int(np.isnan(x).sum())]
 
 
 def _layout(path: str) -> _Layout:

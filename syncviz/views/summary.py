@@ -245,7 +245,7 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
     """Per-step and per-bucket report of a recorded run (RUN is its directory)."""
     refuse_with_whole(whole, keep_passes=keep_passes, dask=dask_address is not None, scratch=scratch is not None,
                       jobs=jobs is not None)
-    if keep_passes and not whole:
+    if keep_passes:                 # (with --whole refused above)
         _keep_passes(run, jobs)
     if whole:
         r = load_run(run)
