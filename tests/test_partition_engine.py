@@ -408,6 +408,64 @@ def test_bandwidth_columns_computed_on_reading_are_the_written_ones(tmp_path, mo
     assert any(again) and not all(again)
 
 
+def test_columns_of_one_value_a_group_are_kept_once_and_read_as_written(tmp_path, monkeypatch):
+    """A column whose rows hold one value through each group (a bucket's launch delay with no
+    gradient-ready times, NaN; its hook-to-launch time, 0; per-group constants, int32 and float64,
+    NAN32's own number kept float64 by narrow) is written as the group's value only (spill_file.CONST),
+    and reads back as the very column that would have been written: its type, NaN, -0.0 apart from 0.0.
+    A column constant in one piece and not in another, a Ratio whose source is such a column, reads
+    of one group and of several: every median and quantile equals pandas' of the whole table exactly,
+    serial and pooled."""
+    from syncviz.analysis import partition_joined as PJ
+    from syncviz.analysis import spill_file as SF
+    from syncviz.analysis.tables import quantiles
+    monkeypatch.setattr(spill, "BIG_GROUP", 40)
+    rng = np.random.default_rng(21)
+    names = ("nan", "zero", "per_g", "fl", "mixed", "svc", "bw")
+    frames, pieces, kinds = [], [], []
+    for i in range(4):
+        n = int(rng.integers(60, 160))
+        g = rng.integers(0, 5, n)
+        svc = np.array([1e6, 2e6, 5e5, 3e6, 7e6])[g]                 # a duration constant in each group
+        per_g = np.array([3.0, -7.0, 0.0, 2.0 ** 30, 11.0])[g]
+        fl = np.array([0.25, -0.0, np.nan, 1e300, 0.0])[g]             # float64: -0.0 and 0.0 apart
+        mixed = per_g.copy() if i != 2 else rng.integers(0, 9, n).astype(float)
+        f = pd.DataFrame({"g": g, "nan": np.full(n, np.nan), "zero": np.zeros(n), "per_g": per_g, "fl": fl,
+                          "mixed": mixed, "svc": svc, "bw": 4096 / svc * 1.75})
+        frames.append(f)
+        pieces.append(PJ.spill_by(tmp_path, f"k{i}", [(g, None)], [f[c].to_numpy() for c in names], names,
+                                  {"bw": spill.Ratio("svc", np.full(n, 4096), 1.75)}))
+        kinds.append(spill._layout(pieces[-1].path).kinds)
+        for c, got in zip(names, spill._mapped(pieces[-1])):
+            want = f.sort_values("g", kind="stable")[c].to_numpy()
+            assert np.array_equal(spill._floats(np.asarray(got)), want, equal_nan=True), c
+            assert np.array_equal(np.signbit(spill._floats(np.asarray(got))), np.signbit(want)), c
+            assert got.dtype == spill.narrow(want).dtype, c
+        lay = spill._layout(pieces[-1].path)
+        with open(pieces[-1].path, "rb") as fh:             # a read across groups, and an empty one
+            for ci in range(len(names)):
+                want = spill._floats(np.asarray(spill._mapped(pieces[-1])[ci]))
+                assert np.array_equal(spill._floats(lay.read(fh, ci, 3, n - 2)), want[3:n - 2], equal_nan=True)
+                assert len(lay.read(fh, ci, 5, 5)) == 0
+    const = SF.CONST
+    assert kinds[0] == [const] * 6 + [spill.RATIO] and kinds[2][4] == 1        # "mixed" written where it varies
+    # no row written: the magic, the header (2 + 2 a column + 1 words), 5 group ends, 6 + 2 value tables
+    assert Path(pieces[0].path).stat().st_size == 16 + 8 * (2 + 2 * 7 + 1) + 8 * 5 + 8 * 5 * (6 + 2)
+    whole = pd.concat(frames, ignore_index=True)
+    cols = list(names)
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        for map_fn in (map, pool.map):
+            med, one = spill.group_medians_many([(pieces, ["g"], cols, lambda k: k), (pieces, [], cols, lambda k: ())],
+                                                map_fn)
+            pd.testing.assert_frame_equal(med, whole.groupby("g")[cols].median(), check_exact=True, check_names=False)
+            assert np.array_equal(one.iloc[0].to_numpy(dtype=float), whole[cols].median().to_numpy(), equal_nan=True)
+            for col, frame in zip(cols, spill.group_quantiles(pieces, ["g"], cols, map_fn)):
+                ref = quantiles(whole, "g", col)
+                pd.testing.assert_frame_equal(frame.drop(columns="mean"), ref.drop(columns="mean"),
+                                              check_exact=True, check_index_type=False)
+                np.testing.assert_allclose(frame["mean"], ref["mean"], rtol=1e-13, atol=0)
+
+
 def test_bucket_first_reduced_elementwise_equals_the_groupby(monkeypatch):
     """partial_views.reduce_bucket_first: partitions that saw the same buckets are reduced
     elementwise; the result is the concatenated groupby's min exactly (values, index, names, types),

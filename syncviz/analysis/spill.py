@@ -231,10 +231,12 @@ def _column(files: dict, handle, slices: list, pci: int) -> np.ndarray:
     at = 0
     for path, a, b in slices:
         lay, f = files[path], handle(path)
-        if lay.dtypes[pci] == x.dtype and lay.kinds[pci] != RATIO:
+        if lay.dtypes[pci] == x.dtype and lay.starts[pci] is not None:
             f.seek(lay.starts[pci] + x.dtype.itemsize * a)
             f.readinto(memoryview(x[at:at + b - a]).cast("B"))
-        else:                   # an int32 piece into a float64 group, or a Ratio
+        elif x.dtype == np.int32:   # one value a group (spill_file.CONST), int32 as the group's
+            x[at:at + b - a] = lay.read(f, pci, a, b)
+        else:                   # an int32 piece into a float64 group, a Ratio, or one value a group
             x[at:at + b - a] = _floats(lay.read(f, pci, a, b))
         at += b - a
     return x

@@ -14,6 +14,11 @@ this VM pays ~2.4 s a GiB for the first touch of memory it got back (README, ses
 10^8-event DDP summary wrote 3.9 GB of bucket rows. Measured there (`/usr/bin/time` of
 partitioned.summarize, two runs each, one session): 37.7 s (18.4 s system) before, 34.3 and 34.3 s
 (11.3 and 10.8 s system) with this and RatioValues' medians; every table the same.
+
+A column whose rows share one value through each group (``CONST``: a bucket's launch delay where no
+gradient-ready time was recorded, NaN; its hook-to-launch time where an engine launches in the hook,
+0) is not written either: the group's value is kept once, in the header, and reading repeats it. On
+the 10^8-event DDP run two of the bucket spill's six written columns are so (24 → 16 bytes a row).
 """
 from __future__ import annotations
 
@@ -97,6 +102,9 @@ def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarra
             params[names.index(name)] = names.index(r.source)
     stored = [None if ci in tables else narrow(np.asarray(c)) for ci, c in enumerate(columns)]
     kinds = [RATIO if c is None else _CODES[c.dtype] for c in stored]
+    for ci, c in enumerate(stored):
+        if c is not None and (value := _constant(c, codes, len(groups))) is not None:
+            tables[ci], params[ci], kinds[ci], stored[ci] = (value,), _CODES[c.dtype], CONST, None
     path = str(Path(directory) / f"{tag}.spill")
     ends = np.cumsum(counts) if tables else np.zeros(0, dtype=np.int64)
     head = np.array([len(stored), len(codes)] + kinds + params + [len(ends)], dtype=np.uint64)
@@ -113,6 +121,19 @@ def write_groups(directory: str | Path, tag: str, groups: list, codes: np.ndarra
     return Piece(groups, counts, path, tuple(names))
 
 
+def _constant(c: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray | None:
+    """A stored column's value a group, as float64 (an int32 one's NAN32 as that number), where every
+    row of each group holds its group's value bit for bit; else None. The first rows are looked at
+    first: a column that varies within a group (a duration) is most often told from them alone."""
+    bits = c.view(np.int64 if c.dtype == np.float64 else np.int32)     # NaN == NaN, -0.0 != 0.0
+    for m in (min(len(c), 4096), len(c)):
+        first = np.zeros(n, dtype=bits.dtype)
+        first[codes[:m]] = bits[:m]
+        if not np.array_equal(first[codes[:m]], bits[:m]):
+            return None
+    return first.view(c.dtype).astype(np.float64)
+
+
 def _per_group(v, codes: np.ndarray, n: int) -> np.ndarray | None:
     """The value each group's rows share (float64), or None where a group's rows differ."""
     if np.ndim(v) == 0:
@@ -123,9 +144,10 @@ def _per_group(v, codes: np.ndarray, n: int) -> np.ndarray | None:
     return out if np.array_equal(out[codes], v) else None
 
 
-_MAGIC = b"syncviz spill 3\n"
+_MAGIC = b"syncviz spill 4\n"
 NAN32 = np.iinfo(np.int32).min          # NaN in an int32 column (never a value: narrow keeps those as float64)
 RATIO = 2                               # a column's kind: computed on reading (Ratio)
+CONST = 3                               # a column's kind: one value a group (its parameter: the value's kind)
 _CODES = {np.dtype(np.float64): 0, np.dtype(np.int32): 1}
 _DTYPES = {0: np.dtype(np.float64), 1: np.dtype(np.int32), RATIO: np.dtype(np.float64)}
 
@@ -162,7 +184,10 @@ class _Layout:
     tables: dict
 
     def read(self, f, ci: int, a: int, b: int) -> np.ndarray:
-        """Rows a..b of column ``ci`` from the open file ``f``: as stored, a Ratio as float64."""
+        """Rows a..b of column ``ci`` from the open file ``f``: as stored (one value a group: as it
+        would have been stored), a Ratio as float64."""
+        if self.kinds[ci] == CONST:
+            return self._repeated(self.tables[ci][0], a, b).astype(self.dtypes[ci], copy=False)
         if self.kinds[ci] != RATIO:
             f.seek(self.starts[ci] + self.dtypes[ci].itemsize * a)
             return np.fromfile(f, dtype=self.dtypes[ci], count=b - a)
@@ -171,9 +196,17 @@ class _Layout:
         g0, g1 = np.searchsorted(self.ends, [a, max(a, b - 1)], side="right").tolist()
         if g0 == g1:                    # one group (the usual slice): its num and fac
             return ratio_values(source, num[g0], fac[g0])
+        return ratio_values(source, self._repeated(num, a, b), self._repeated(fac, a, b))
+
+    def _repeated(self, per_group: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Rows a..b of a column holding its group's value of ``per_group`` on every row."""
+        if b <= a:
+            return per_group[:0]
+        g0, g1 = np.searchsorted(self.ends, [a, b - 1], side="right").tolist()
+        if g0 == g1:
+            return np.full(b - a, per_group[g0])
         bounds = np.clip(self.ends[g0:g1 + 1], a, b)
-        reps = np.diff(bounds, prepend=a)
-        return ratio_values(source, np.repeat(num[g0:g1 + 1], reps), np.repeat(fac[g0:g1 + 1], reps))
+        return np.repeat(per_group[g0:g1 + 1], np.diff(bounds, prepend=a))
 
     def ratio_of(self, ci: int, a: int, b: int) -> tuple[float, float] | None:
         """The (num, fac) that rows a..b of Ratio column ``ci`` share, if they share one with num >= 0
@@ -248,13 +281,15 @@ def _read_layout(path: str) -> _Layout:
         head = np.fromfile(f, dtype=np.uint64, count=2 * ncols + 1).astype(np.int64)
         kinds, params, ngroups = head[:ncols].tolist(), head[ncols:2 * ncols].tolist(), int(head[-1])
         ends = np.fromfile(f, dtype=np.uint64, count=ngroups).astype(np.int64)
-        tables = {ci: (np.fromfile(f, dtype=np.float64, count=ngroups), np.fromfile(f, dtype=np.float64, count=ngroups))
-                  for ci, k in enumerate(kinds) if k == RATIO}
+        tables = {ci: tuple(np.fromfile(f, dtype=np.float64, count=ngroups) for _ in range(2 if k == RATIO else 1))
+                  for ci, k in enumerate(kinds) if k in (RATIO, CONST)}
         at = f.tell()
-    dtypes, starts = [_DTYPES[k] for k in kinds], []
+    dtypes = [_DTYPES[p] if k == CONST else _DTYPES[k] for k, p in zip(kinds, params)]
+    starts = []
     for k, dt in zip(kinds, dtypes):
-        starts.append(None if k == RATIO else at)
-        at += 0 if k == RATIO else dt.itemsize * rows
+        written = k not in (RATIO, CONST)
+        starts.append(at if written else None)
+        at += dt.itemsize * rows if written else 0
     return _Layout(kinds, dtypes, starts, params, rows, ends, tables)
 
 
@@ -262,7 +297,7 @@ def _mapped(piece: Piece) -> list[np.ndarray]:
     """A piece's columns memory-mapped (read-only), as stored; a Ratio column computed (float64)."""
     lay = _layout(piece.path)
     with open(piece.path, "rb") as f:
-        return [lay.read(f, ci, 0, lay.rows) if k == RATIO else
+        return [lay.read(f, ci, 0, lay.rows) if at is None else
                 np.memmap(piece.path, dtype=dt, mode="r", offset=at, shape=(lay.rows,))
                 for ci, (k, dt, at) in enumerate(zip(lay.kinds, lay.dtypes, lay.starts))]
 
