@@ -174,8 +174,16 @@ def test_rank_step_lateness_is_the_groupby(n):
     pd.testing.assert_frame_equal(PV.rank_step_lateness(late), want, check_index_type=True)
 
 
+@pytest.fixture(params=["sort", "select"])
+def medians_by(request, monkeypatch):
+    """Medians taken by sorting and by selecting (spill._sorts_faster picks one a machine; spawned
+    pool workers read the variable too)."""
+    monkeypatch.setenv(spill.MEDIANS_ENV, request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 1001])
-def test_median_in_place_is_pandas_median(n):
+def test_median_in_place_is_pandas_median(n, medians_by):
     rng = np.random.default_rng(n)
     for nan_share in (0.0, 0.3, 1.0):
         x = rng.normal(size=n) * 10.0 ** rng.integers(-3, 12)
@@ -187,7 +195,40 @@ def test_median_in_place_is_pandas_median(n):
         assert (np.isnan(got) and np.isnan(want)) or got == want
 
 
-def test_group_medians_on_a_process_pool_equal_serial(tmp_path, monkeypatch):
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 999, 1000])
+def test_medians_of_narrowed_columns_and_ratios_by_sort_and_selection(n, medians_by):
+    """median_in_place of an int32 column (NAN32 for NaN), of a float64 one (NaN, -0.0) and of
+    RatioValues (sources 0, negative, NaN or NAN32: no ratio) is pandas' median of the values they
+    stand for, exactly; and again on the same array, which the first call sorted or partitioned
+    (``presorted``: what spill._read says of a column handed twice)."""
+    rng = np.random.default_rng(n)
+    for share in (0.0, 0.4, 1.0):
+        ints = rng.integers(-5, 10 ** 6, n).astype(np.int32)
+        ints[rng.random(n) < share] = spill.NAN32
+        floats = rng.normal(size=n) * 1e6
+        floats[rng.random(n) < share] = np.nan
+        for src in (ints, floats):
+            want = pd.Series(spill._floats(src)).median()
+            ratios = spill.ratio_values(spill._floats(src), 4096.0, 1.75)
+            ratios[~(spill._floats(src) > 0)] = np.nan
+            want_ratio = pd.Series(ratios).median()
+            for x, w in ((src.copy(), want), (spill.RatioValues(src.copy(), 4096.0, 1.75), want_ratio)):
+                for presorted in (False, True):
+                    got = spill.median_in_place(x, presorted)
+                    assert (np.isnan(got) and np.isnan(w)) or got == w, (medians_by, src.dtype, presorted, got, w)
+
+
+def test_the_faster_of_sorting_and_selecting_is_timed_once(monkeypatch):
+    """Without SYNCVIZ_MEDIANS, spill._sorts_faster times both once a process and keeps the answer."""
+    monkeypatch.delenv(spill.MEDIANS_ENV, raising=False)
+    monkeypatch.setattr(spill, "_SPEED", {})
+    first = spill._sorts_faster()
+    assert spill._SPEED == {"sort": first} and spill._sorts_faster() is first
+    monkeypatch.setenv(spill.MEDIANS_ENV, "select")
+    assert spill._sorts_faster() is False
+
+
+def test_group_medians_on_a_process_pool_equal_serial(tmp_path, monkeypatch, medians_by):
     """Big groups are a task per column, small ones batched; the pool's answers are the serial ones."""
     monkeypatch.setattr(spill, "BIG_GROUP", 50)
     rng = np.random.default_rng(1)
@@ -206,7 +247,7 @@ def test_group_medians_on_a_process_pool_equal_serial(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(serial, whole.groupby("g")[["a", "b"]].median(), check_exact=True, check_names=False)
 
 
-def test_medians_that_select_groups_of_one_spill(tmp_path, monkeypatch):
+def test_medians_that_select_groups_of_one_spill(tmp_path, monkeypatch, medians_by):
     """Several medians read one spill (as the summary reads partition_joined's comm values): each
     picks its groups with ``select`` and its columns by name, in any order, and equals pandas'
     median of exactly the rows it selects; groups next to each other in a file are one read."""
@@ -287,7 +328,7 @@ def test_the_quantiles_mean_sums_int32_values_to_the_same_long_double():
     assert spill._exact_sum(f) == f.sum(dtype=np.longdouble)
 
 
-def test_medians_and_quantiles_of_a_column_allocate_no_copy_of_it():
+def test_medians_and_quantiles_of_a_column_allocate_no_copy_of_it(medians_by):
     """median_in_place, quantile_stats and a Ratio's median work in the group's array itself: numpy asked to
     search an int32 array for a Python int searches a copy of it in int64 (twice its memory; the
     10^8-event DDP summary's peak rose 0.7 GB with one such search). Traced numpy allocations stay far
@@ -311,7 +352,7 @@ def test_medians_and_quantiles_of_a_column_allocate_no_copy_of_it():
         assert peak < base.nbytes / 2, (fn.__name__, peak)
 
 
-def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypatch):
+def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypatch, medians_by):
     """A spilled column of whole numbers is kept as int32 (NaN as NAN32); one that is not (a fraction,
     a value past 32 bits, INT32_MIN itself, -0.0) stays float64, decided piece by piece. A group whose
     column is narrowed in one piece and not in another reads as float64; every median and quantile is
@@ -350,7 +391,7 @@ def test_narrowed_columns_give_the_same_medians_and_quantiles(tmp_path, monkeypa
     assert spill.narrow(np.array([1, 2**40])).dtype == np.float64
 
 
-def test_bandwidth_columns_computed_on_reading_are_the_written_ones(tmp_path, monkeypatch):
+def test_bandwidth_columns_computed_on_reading_are_the_written_ones(tmp_path, monkeypatch, medians_by):
     """algbw and busbw spilled as spill.Ratio of the service time (partition_joined.bandwidth_ratios):
     not written where a group's bytes and factor are shared, and read back as the very float64 that
     partition_joined.comm_times computes (service 0, negative, NaN, fractional; a piece whose group's
@@ -408,7 +449,7 @@ def test_bandwidth_columns_computed_on_reading_are_the_written_ones(tmp_path, mo
     assert any(again) and not all(again)
 
 
-def test_columns_of_one_value_a_group_are_kept_once_and_read_as_written(tmp_path, monkeypatch):
+def test_columns_of_one_value_a_group_are_kept_once_and_read_as_written(tmp_path, monkeypatch, medians_by):
     """A column whose rows hold one value through each group (a bucket's launch delay with no
     gradient-ready times, NaN; its hook-to-launch time, 0; per-group constants, int32 and float64,
     NAN32's own number kept float64 by narrow) is written as the group's value only (spill_file.CONST),

@@ -11,6 +11,8 @@ analysis.spill_file's.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
@@ -23,18 +25,24 @@ def median(x: np.ndarray) -> float:
     return median_in_place(np.array(x, dtype=float))
 
 
-# Medians and quantiles sort a group's values rather than partition them (np.partition, introselect):
-# numpy's sort is vectorized (x86-simd-sort, AVX2 and AVX-512; Highway on Arm), its partition is not.
-# Measured here (numpy 2.4, one core): 800,000 int32 durations sorted in 2.0 ms, partitioned at the
-# middle in 4.3 ms; 12.5 M int32 37 ms against 95 ms; 800,000 float64 4.0 against 4.6 ms. The order
-# statistics are the same values either way.
+# Medians and quantiles sort a group's values, or select the middle ones (np.partition, introselect),
+# whichever this machine does faster (_sorts_faster): the order statistics are the same values either
+# way. numpy's sort is vectorized (x86-simd-sort, AVX2 and AVX-512; Highway on Arm), its partition is
+# not, and how much that pays depends on the CPU. Measured (numpy 2.4, one core, best of 3): on the
+# machine of sessions 31-37, 800,000 int32 durations sorted in 2.0 ms, partitioned at the middle in
+# 4.3 ms (12.5 M int32 37 ms against 95 ms; 800,000 float64 4.0 against 4.6 ms); on an AMD EPYC of
+# family 25 (Zen 4, session 38) 23.7 ms against 6.4 ms (float64 41 against 6.2 ms; 10 M int32 429
+# against 78 ms), and the 10^8-event DDP summary's medians took 16.7 s, against 3.7 s there.
 def median_in_place(x: np.ndarray | RatioValues, presorted: bool = False) -> float:
     """median() of a float array it may reorder: NaN sorts last in numpy, so the middle
     of the n values that are not NaN is at ranks (n - 1) // 2 and n // 2, taken as np.median takes
     them (the mean of the two for an even n), with no copy of the array without NaN. An int32 array
     (a narrowed column) has its NaN as NAN32, which sorts first: the middle is m ranks later.
     RatioValues: their sources sorted, the middle ones' ratios. ``presorted``: sorted in place by an
-    earlier call (_read hands a column again)."""
+    earlier call (_read hands a column again). Where selecting is faster than sorting here
+    (_sorts_faster), the two middle values are selected instead: the same values."""
+    if not _sorts_faster():
+        return _median_selected(x)
     if isinstance(x, RatioValues):
         v = x.valid_sorted(presorted)
         n = len(v)         # ranks k of the ratios are ranks n - 1 - k of their sources
@@ -42,6 +50,52 @@ def median_in_place(x: np.ndarray | RatioValues, presorted: bool = False) -> flo
     v = valid_ascending(x, presorted)       # a sort, not x.partition: see above median_in_place
     n = len(v)
     return float("nan") if not n else _middle(v[[(n - 1) // 2, n // 2]], n)
+
+
+def _median_selected(x: np.ndarray | RatioValues) -> float:
+    """median_in_place by selection: the values at the middle ranks of the valid ones, found with
+    np.partition (which orders NaN last and NAN32 first, as the sort does) on the array as it is
+    (sorted, partitioned or neither: a column handed again is one of those)."""
+    ratio = isinstance(x, RatioValues)
+    src = x.source if ratio else x
+    hi = len(src) if src.dtype == np.int32 else len(src) - int(np.count_nonzero(np.isnan(src)))   # NaN last
+    if ratio:                   # the sources > 0, ascending up to hi; ratio rank k is their rank nv - 1 - k
+        nv = int(np.count_nonzero(src > 0))
+        ranks = [hi - 1 - (nv - 1) // 2, hi - 1 - nv // 2]
+    else:                       # NAN32 first
+        lo = int(np.count_nonzero(src == NAN32)) if src.dtype == np.int32 else 0
+        nv = hi - lo
+        ranks = [lo + (nv - 1) // 2, lo + nv // 2]
+    if not nv:
+        return float("nan")
+    src.partition(sorted(set(ranks)))
+    return _middle(x.ratios(src[ranks]) if ratio else src[ranks], nv)
+
+
+_SPEED: dict[str, bool] = {}
+MEDIANS_ENV = "SYNCVIZ_MEDIANS"     # "sort" / "select": that way, not timed (tests take both)
+
+
+def _sorts_faster() -> bool:
+    """Whether this machine sorts an array of int32 faster than it selects its middle (np.partition),
+    timed once a process on 2^18 values (best of 3 each: ~10 ms at most, on the machines above)."""
+    forced = os.environ.get(MEDIANS_ENV, "").strip().lower()
+    if forced in ("sort", "select"):
+        return forced == "sort"
+    if "sort" not in _SPEED:
+        import time
+        x = np.random.default_rng(0).integers(0, 1 << 30, 1 << 18, dtype=np.int32)
+        best = {}
+        for name, run in (("sort", lambda y: y.sort()), ("select", lambda y: y.partition([len(y) // 2]))):
+            times = []
+            for _ in range(3):
+                y = x.copy()
+                t = time.perf_counter()
+                run(y)
+                times.append(time.perf_counter() - t)
+            best[name] = min(times)
+        _SPEED["sort"] = best["sort"] <= best["select"]
+    return _SPEED["sort"]
 
 
 def _middle(v: np.ndarray, n: int) -> float:
