@@ -195,7 +195,7 @@ def test_median_in_place_is_pandas_median(n, medians_by):
         assert (np.isnan(got) and np.isnan(want)) or got == want
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 8, 999, 1000])
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 999, 1000, 100_000])
 def test_medians_of_narrowed_columns_and_ratios_by_sort_and_selection(n, medians_by):
     """median_in_place of an int32 column (NAN32 for NaN), of a float64 one (NaN, -0.0) and of
     RatioValues (sources 0, negative, NaN or NAN32: no ratio) is pandas' median of the values they
@@ -204,6 +204,7 @@ def test_medians_of_narrowed_columns_and_ratios_by_sort_and_selection(n, medians
     rng = np.random.default_rng(n)
     for share in (0.0, 0.4, 1.0):
         ints = rng.integers(-5, 10 ** 6, n).astype(np.int32)
+        ints[rng.random(n) < 0.1] = 0                      # no ratio: a Ratio's ranks are not its source's
         ints[rng.random(n) < share] = spill.NAN32
         floats = rng.normal(size=n) * 1e6
         floats[rng.random(n) < share] = np.nan
@@ -216,6 +217,14 @@ def test_medians_of_narrowed_columns_and_ratios_by_sort_and_selection(n, medians
                 for presorted in (False, True):
                     got = spill.median_in_place(x, presorted)
                     assert (np.isnan(got) and np.isnan(w)) or got == w, (medians_by, src.dtype, presorted, got, w)
+            # the quantiles of a column, then of its Ratio handed the same array (spill._read's "again")
+            x = src.copy()
+            for values, got in ((spill._floats(src), spill.quantile_stats(x)),
+                                (ratios, spill.quantile_stats(spill.RatioValues(x, 4096.0, 1.75), True))):
+                v = np.sort(values[~np.isnan(values)])        # groupby quantile's formula on the sorted values
+                want = [spill._quantile_at(v, 0, q * (len(v) - 1)) for q in spill.QUANTILES] if len(v) else [np.nan] * 5
+                assert np.array_equal(got[:5], want, equal_nan=True), (medians_by, src.dtype, got, want)
+                assert got[6] == len(v) and (np.isnan(got[5]) if not len(v) else abs(got[5] / v.mean() - 1) < 1e-13)
 
 
 def test_the_faster_of_sorting_and_selecting_is_timed_once(monkeypatch):
@@ -281,7 +290,7 @@ def test_medians_that_select_groups_of_one_spill(tmp_path, monkeypatch, medians_
     assert [len(s) for s in spill._where(pieces, flagged).values()] == [3]     # flags 1 and 2 adjacent: a read a file
 
 
-def test_quantiles_over_spilled_pieces_are_pandas_quantiles(tmp_path, monkeypatch):
+def test_quantiles_over_spilled_pieces_are_pandas_quantiles(tmp_path, monkeypatch, medians_by):
     """spill.group_quantiles (the Buckets page's distributions of a run read by partitions) equals
     tables.quantiles of the whole table: every quantile and count exactly (NaN skipped per column, a
     group with no value of a column has no row), the mean to the last bits; serial and pooled."""

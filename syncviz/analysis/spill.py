@@ -201,20 +201,43 @@ def quantile_stats(x: np.ndarray | RatioValues, presorted: bool = False) -> list
     ``v[i] + (v[i + 1] − v[i]) · frac`` between two values), the mean and the count. The ranks
     the quantiles read are in place after one sort (see above median_in_place), and the sum is taken in
     extended precision by numpy (math.fsum would walk each group's values as a Python list).
-    ``presorted``: as median_in_place's."""
+    ``presorted``: as median_in_place's. Where selecting is faster here (_sorts_faster), an int32
+    column's ranks are selected instead, its sum being exact in any order (_exact_sum); a float64
+    column and a Ratio's are still sorted, since their long double sum depends on the order."""
+    fast_sort = _sorts_faster()
+    presorted = presorted and fast_sort     # selecting leaves a column handed again unsorted
     if isinstance(x, RatioValues):
         v = x.ratios(x.valid_sorted(presorted)[::-1])      # every ratio, ascending
+    elif x.dtype == np.int32 and not fast_sort and _LONG_HOLDS_INT64 and len(x) < 1 << 32:
+        return _int_quantiles_selected(x)
     else:
         v = valid_ascending(x, presorted)        # not v.partition(ranks): see above median_in_place
     n = len(v)
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]
-    out = []
-    for a in [q * (n - 1) for q in QUANTILES]:
-        i, frac = int(a), a % 1
-        lo = np.float64(v[i])           # an int32 column's values as the float64 they were
-        out.append(float(lo) if frac == 0.0 else float(lo + (np.float64(v[i + 1]) - lo) * frac))
-    return out + [float(_exact_sum(v) / n), float(n)]
+    return [_quantile_at(v, 0, q * (n - 1)) for q in QUANTILES] + [float(_exact_sum(v) / n), float(n)]
+
+
+def _quantile_at(v: np.ndarray, lo: int, a: float) -> float:
+    """pandas' linear quantile at ``a`` of the values from rank ``lo`` on (v ordered there)."""
+    i, frac = int(a), a % 1
+    x = np.float64(v[lo + i])           # an int32 column's values as the float64 they were
+    return float(x) if frac == 0.0 else float(x + (np.float64(v[lo + i + 1]) - x) * frac)
+
+
+def _int_quantiles_selected(x: np.ndarray) -> list[float]:
+    """quantile_stats of an int32 column by selection: the ranks each quantile reads, selected in
+    place past the NAN32 ones (which select first), and the int64 sum of the valid values, which is
+    _exact_sum's of them sorted."""
+    lo = int(np.count_nonzero(x == NAN32))
+    n = len(x) - lo
+    if not n:
+        return [np.nan] * (len(QUANTILES) + 1) + [0.0]
+    at = [q * (n - 1) for q in QUANTILES]
+    ranks = sorted({lo + r for a in at for r in ((int(a), int(a) + 1) if a % 1 else (int(a),))})
+    x.partition(ranks)
+    total = int(x.sum(dtype=np.int64)) - lo * int(NAN32)
+    return [_quantile_at(x, lo, a) for a in at] + [float(np.longdouble(total) / n), float(n)]
 
 
 # Whether a sum of int32 values in int64, made a long double, is the long double sum itself: with
