@@ -142,6 +142,25 @@ def _ranks_dir(run: Path) -> Path:
     return run / ".syncviz-cache" / rank_pass.DIR
 
 
+def machine_line() -> str:
+    """The CPU, and how fast it sorts and selects (spill.sorting_speed): figures from different machines
+    are not comparable. numpy's sort of int32 ran ~12x slower on an AMD EPYC of family 25 (session 38)
+    than on the machine of sessions 31-37, and the 10^8-event DDP summary's medians, then sorted, took
+    16.7 s there against 3.7 s."""
+    from syncviz.analysis import spill
+    cpu = "?"
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:30] if ":" in line)
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        cpu = f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
+    except OSError:
+        pass
+    speed = spill.sorting_speed()
+    way = "selected" if speed["select"] < speed["sort"] else "sorted"
+    return (f"CPU: {cpu}; 2^18 int32 sorted in {speed['sort'] * 1e3:.1f} ms, their middle selected in "
+            f"{speed['select'] * 1e3:.1f} ms: the summary's medians are {way}")
+
+
 def measure(cmd: list[str], timeout: float, out: Path | None = None, cwd: str | None = None) -> dict:
     """Run ``cmd``; wall, CPU, peak RSS of its process tree, load average; stdout to ``out``.
     ``cwd``: a checkout whose syncviz `python -m syncviz` then imports (it comes first on sys.path)."""
@@ -215,6 +234,7 @@ def main() -> None:
     jobs = ["--jobs", str(args.jobs)] if args.jobs else []
     print(f"{os.cpu_count()} CPUs; free disk under {root}: {shutil.disk_usage(root).free / 1e9:.0f} GB; "
           f"memory {psutil.virtual_memory().total / 1e9:.0f} GB", flush=True)
+    print(machine_line(), flush=True)
     results = []
     for size in (float(s) for s in args.sizes.split(",")):
         need = size * 55 / 1e9

@@ -72,20 +72,27 @@ def _median_selected(x: np.ndarray | RatioValues) -> float:
     return _middle(x.ratios(src[ranks]) if ratio else src[ranks], nv)
 
 
-_SPEED: dict[str, bool] = {}
+_SPEED: dict[str, float] = {}       # seconds to sort and to select in 2^18 int32 (sorting_speed)
 MEDIANS_ENV = "SYNCVIZ_MEDIANS"     # "sort" / "select": that way, not timed (tests take both)
 
 
 def _sorts_faster() -> bool:
-    """Whether this machine sorts an array of int32 faster than it selects its middle (np.partition),
-    timed once a process on 2^18 values (best of 3 each: ~10 ms at most, on the machines above)."""
+    """Whether medians sort (else select): SYNCVIZ_MEDIANS where set, else whether this machine sorts
+    int32 faster than it selects their middle (sorting_speed)."""
     forced = os.environ.get(MEDIANS_ENV, "").strip().lower()
     if forced in ("sort", "select"):
         return forced == "sort"
-    if "sort" not in _SPEED:
+    speed = sorting_speed()
+    return speed["sort"] <= speed["select"]
+
+
+def sorting_speed() -> dict[str, float]:
+    """Seconds this process took to sort 2^18 random int32 and to select their middle (np.partition),
+    the best of 3 each (~10 ms at most on the machines above), timed once a process. benchmarks/scale.py
+    prints them: the summary's medians depend on them."""
+    if not _SPEED:
         import time
         x = np.random.default_rng(0).integers(0, 1 << 30, 1 << 18, dtype=np.int32)
-        best = {}
         for name, run in (("sort", lambda y: y.sort()), ("select", lambda y: y.partition([len(y) // 2]))):
             times = []
             for _ in range(3):
@@ -93,9 +100,8 @@ def _sorts_faster() -> bool:
                 t = time.perf_counter()
                 run(y)
                 times.append(time.perf_counter() - t)
-            best[name] = min(times)
-        _SPEED["sort"] = best["sort"] <= best["select"]
-    return _SPEED["sort"]
+            _SPEED[name] = min(times)
+    return _SPEED
 
 
 def _middle(v: np.ndarray, n: int) -> float:
