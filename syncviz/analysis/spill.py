@@ -47,7 +47,7 @@ def median_in_place(x: np.ndarray | RatioValues, presorted: bool = False) -> flo
         v = x.valid_sorted(presorted)
         n = len(v)         # ranks k of the ratios are ranks n - 1 - k of their sources
         return float("nan") if not n else _middle(x.ratios(v[[n - 1 - (n - 1) // 2, n - 1 - n // 2]]), n)
-    v = valid_ascending(x, presorted)       # a sort, not x.partition: see above median_in_place
+    v = valid_ascending(x, presorted)       # sorted where that is faster: see above median_in_place
     n = len(v)
     return float("nan") if not n else _middle(v[[(n - 1) // 2, n // 2]], n)
 
@@ -217,7 +217,7 @@ def quantile_stats(x: np.ndarray | RatioValues, presorted: bool = False) -> list
     elif x.dtype == np.int32 and not fast_sort and _LONG_HOLDS_INT64 and len(x) < 1 << 32:
         return _int_quantiles_selected(x)
     else:
-        v = valid_ascending(x, presorted)        # not v.partition(ranks): see above median_in_place
+        v = valid_ascending(x, presorted)        # sorted: see above median_in_place
     n = len(v)
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]
