@@ -294,7 +294,8 @@ def _read_layout(path: str) -> _Layout:
 
 
 def _mapped(piece: Piece) -> list[np.ndarray]:
-    """A piece's columns memory-mapped (read-only), as stored; a Ratio column computed (float64)."""
+    """A piece's columns memory-mapped (read-only), as stored; a Ratio column computed (float64), a
+    column of one value a group repeated (in the type it would have been stored in)."""
     lay = _layout(piece.path)
     with open(piece.path, "rb") as f:
         return [lay.read(f, ci, 0, lay.rows) if at is None else
