@@ -242,6 +242,10 @@ def test_a_pass_not_of_exactly_this_rank_file_and_code_is_not_used(tmp_path, mon
     assert files[0].stat().st_mtime_ns == st0.st_mtime_ns
     p0.write_bytes(b"not a pass at all")
     assert rank_pass.load(0, files[0]) is None
+    p0.write_bytes(b"")                 # an empty file (read memory-mapped: mmap refuses it)
+    assert rank_pass.load(0, files[0]) is None
+    p0.write_bytes(rank_pass._MAGIC + (1 << 40).to_bytes(8, "little") + b"{}")    # a header past the file's end
+    assert rank_pass.load(0, files[0]) is None
 
 
 def test_the_run_cache_keeps_them_when_it_empties(tmp_path):
