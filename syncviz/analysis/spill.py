@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from syncviz.analysis.spill_file import (NAN32, RATIO, Piece, Ratio, RatioValues, _floats, _Layout, _layout,  # noqa: F401
-                                         _mapped, narrow, ratio_values, valid_ascending, write_groups, write_piece)
+                                         _mapped, narrow, ratio_values, valid_ascending, valid_range, write_groups,
+                                         write_piece)
 
 
 def median(x: np.ndarray) -> float:
@@ -58,12 +59,11 @@ def _median_selected(x: np.ndarray | RatioValues) -> float:
     (sorted, partitioned or neither: a column handed again is one of those)."""
     ratio = isinstance(x, RatioValues)
     src = x.source if ratio else x
-    hi = len(src) if src.dtype == np.int32 else len(src) - int(np.count_nonzero(np.isnan(src)))   # NaN last
+    lo, hi = valid_range(src)
     if ratio:                   # the sources > 0, ascending up to hi; ratio rank k is their rank nv - 1 - k
         nv = int(np.count_nonzero(src > 0))
         ranks = [hi - 1 - (nv - 1) // 2, hi - 1 - nv // 2]
-    else:                       # NAN32 first
-        lo = int(np.count_nonzero(src == NAN32)) if src.dtype == np.int32 else 0
+    else:
         nv = hi - lo
         ranks = [lo + (nv - 1) // 2, lo + nv // 2]
     if not nv:
@@ -235,8 +235,8 @@ def _int_quantiles_selected(x: np.ndarray) -> list[float]:
     """quantile_stats of an int32 column by selection: the ranks each quantile reads, selected in
     place past the NAN32 ones (which select first), and the int64 sum of the valid values, which is
     _exact_sum's of them sorted."""
-    lo = int(np.count_nonzero(x == NAN32))
-    n = len(x) - lo
+    lo, hi = valid_range(x)
+    n = hi - lo
     if not n:
         return [np.nan] * (len(QUANTILES) + 1) + [0.0]
     at = [q * (n - 1) for q in QUANTILES]
