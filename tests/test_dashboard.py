@@ -479,10 +479,11 @@ def test_timeline_by_hand(app):
     assert fig["layout"]["meta"]["step"] == 0 and fig["layout"]["meta"]["lanes"] == "ranks" and not show_late
     rows = fig["layout"]["meta"]["rows"]
     assert rows == ["rank 0 · compute", "rank 0 · comm", "rank 1 · compute", "rank 1 · comm"]
-    bars = traces["all_reduce waiting (hollow)"]
+    # each collective's whole span (drawn by a layout shape): its hover points hold start and end
+    bars = next(t for t in fig["data"] if t["name"] == "all_reduce waiting (hollow)" and t["meta"]["role"] == "bar")
     assert len(bars["y"]) == 4                                   # 2 ranks x 2 buckets
     rank0 = [i for i, y in enumerate(bars["y"]) if rows[int(y)] == "rank 0 · comm"]
-    assert sorted(np.round(np.asarray(bars["base"])[rank0], 6)) == [16.0, 30.0]
+    assert sorted(round(bars["customdata"][i][2], 6) for i in rank0) == [16.0, 30.0]
     exposed = traces["exposed comm (no compute)"]
     r0 = [i for i, y in enumerate(exposed["y"]) if rows[int(y)] == "rank 0 · compute"]
     assert np.allclose(np.asarray(exposed["base"])[r0], [30.0]) and np.allclose(np.asarray(exposed["x"])[r0], [10.0])

@@ -421,15 +421,20 @@ def test_live_run_shows_new_steps(server, browser):
 
 
 # Every bar of the Replay figure as the browser holds it: role "bar" marks the bars that must not
-# share time on a row (compute, and the whole span of each collective); a figure without roles
-# (as drawn before this check existed) counts every bar but the exposed overlay.
+# share time on a row (compute, and the whole span of each collective: in SVG a layout shape draws
+# those, and their hover points hold start and end in customdata); a figure without roles (as drawn
+# before this check existed) counts every bar but the exposed overlay.
 FIGURE_BARS = """
 var gd = document.querySelector('.timeline.front .js-plotly-plot');
 if (!gd || !gd.data || !gd.data.length) return null;
 var out = [];
 gd.data.forEach(function (t) {
-  if (t.type !== 'bar') return;
   var role = t.meta && t.meta.role;
+  if (t.type !== 'bar' && role === 'bar') {     // a collective's whole span: drawn by a shape, held by its hover points
+    for (var j = 0; j < t.y.length; j++) out.push([t.name, +t.y[j], +t.customdata[j][2], +t.customdata[j][3]]);
+    return;
+  }
+  if (t.type !== 'bar') return;
   if (role ? role !== 'bar' : /exposed/.test(t.name)) return;
   for (var i = 0; i < t.y.length; i++) out.push([t.name, +t.y[i], +t.base[i], +t.base[i] + (+t.x[i])]);
 });

@@ -52,8 +52,9 @@ def test_report_draws_its_charts(chromium, tmp_path):
     # overlapping another on its row, exposed comm marked
     bars = chromium.execute_script("""
         var gd = document.getElementById('chart-timeline'), out = [];
-        gd._fullData.forEach(function (t) { if (t.type === 'bar' && t.meta && t.meta.role === 'bar')
-            for (var i = 0; i < t.y.length; i++) out.push([t.y[i], t.base[i], t.base[i] + t.x[i]]); });
+        gd._fullData.forEach(function (t) { if (!(t.meta && t.meta.role === 'bar')) return;
+            for (var i = 0; i < t.y.length; i++)      // a collective's whole span: its hover points' customdata
+                out.push(t.type === 'bar' ? [t.y[i], t.base[i], t.base[i] + t.x[i]] : [t.y[i], t.customdata[i][2], t.customdata[i][3]]); });
         return out;""")
     assert len(bars) == 2 * 2 * (3 + 2)      # ranks × shown steps (1, 2) × (3 compute + 2 buckets)
     for y in {b[0] for b in bars}:

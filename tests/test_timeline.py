@@ -57,14 +57,31 @@ def zero3_like_run(path):
 
 def bars_by_row(fig) -> dict:
     """(start, end) of every primary bar per row: the hollow whole span of collectives and the
-    compute bars (role "bar"); service parts sit inside their own collective's bar."""
+    compute bars (role "bar"); service parts sit inside their own collective's bar. In SVG a
+    collective's whole span is drawn by a layout shape and held by its hover points' customdata
+    (start [2], end [3]); test_hollow_spans_are_one_path_an_op checks that the two agree."""
     rows: dict[float, list] = {}
     for t in fig["data"]:
-        if t.get("meta", {}).get("role") != "bar" or t["type"] != "bar":
+        if t.get("meta", {}).get("role") != "bar":
             continue
-        for y, b, x in zip(t["y"], t["base"], t["x"]):
-            rows.setdefault(float(y), []).append((float(b), float(b) + float(x), t["name"]))
+        if t["type"] == "bar":
+            spans = [(float(b), float(b) + float(x)) for b, x in zip(t["base"], t["x"])]
+        else:
+            spans = [(float(c[2]), float(c[3])) for c in t["customdata"]]
+        for y, (a, b) in zip(t["y"], spans):
+            rows.setdefault(float(y), []).append((a, b, t["name"]))
     return rows
+
+
+def shape_spans(shape) -> list[tuple[float, float, float]]:
+    """(row, start, end) of each bar of a layout shape drawn by views.timeline._rect_path."""
+    import re
+    from syncviz.views.timeline import BAND
+    out = []
+    for a, y0, b, y1, a2 in re.findall(r"M([^,]+),([^H]+)H([^V]+)V([^H]+)H([^Z]+)Z", shape["path"]):
+        assert a == a2 and np.isclose(float(y1) - float(y0), BAND), shape["path"][:200]
+        out.append(((float(y0) + float(y1)) / 2, float(a), float(b)))
+    return out
 
 
 def assert_no_overlap(fig):
@@ -82,12 +99,39 @@ def test_zero3_all_gathers_get_their_own_rows(tmp_path):
     assert_no_overlap(fig)
     rows = fig["layout"]["meta"]["rows"]
     assert rows == ["rank 0 · compute", "rank 0 · comm", "rank 0 · comm 2", "rank 0 · comm 3"]
-    ag = next(t for t in fig["data"] if t["name"] == "all_gather waiting (hollow)")
+    ag = next(t for t in fig["data"] if t["name"] == "all_gather waiting (hollow)" and t["meta"]["role"] == "bar")
     assert len(ag["y"]) == 3 and len(set(np.asarray(ag["y"])[1:].tolist())) == 2   # the two backward AGs apart
     # hover: start, end and duration, not "start + end"
     c = ag["customdata"][1]
     assert "start %{customdata[2]:.3f} ms · end %{customdata[3]:.3f} ms · duration %{customdata[4]:.3f}" in ag["hovertemplate"]
     assert (c[2], c[3], c[4]) == (25.0, 30.0, 5.0) and c[1] == "1.00 MB"
+
+
+def test_hollow_spans_are_one_path_an_op(tmp_path):
+    """In SVG each op's hollow whole spans are one layout shape (a path), the gradient-ready marks
+    another, and the spans the path draws are exactly those its hover points carry; a legend entry
+    per op (a bar trace with no bar) toggles them together. On a DDP run with a straggler: waiting
+    spans and gradient-ready times on both ranks."""
+    run = load_run(make_ddp_run(tmp_path / "h", straggler=1, straggle_ms=3))
+    ev_ = run.events[run.events["step"] == 1]
+    comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
+    fig = timeline_figure(comp, comm, exp, ranks=[0, 1], t0=step_origin(comp, comm))
+    shapes = fig["layout"]["shapes"]
+    hollow = [sh for sh in shapes if sh["name"].endswith("(hollow)")]
+    assert [sh["name"] for sh in hollow] == ["all_reduce waiting (hollow)"] and hollow[0]["layer"] == "between"
+    spans = next(t for t in fig["data"] if t["meta"]["role"] == "bar" and t["type"] == "scatter")
+    assert spans["mode"] == "none" and spans["legendgroup"] == hollow[0]["legendgroup"]
+    held = sorted((float(y), float(c[2]), float(c[3])) for y, c in zip(spans["y"], spans["customdata"]))
+    assert sorted(shape_spans(hollow[0])) == held and len(held) == 4          # 2 ranks × 2 buckets, exact
+    waits = [(y, s, e) for (y, s, e), c in zip(held, spans["customdata"]) if c[5] != "0.000 ms"]
+    assert waits, "the straggler makes rank 0 wait"
+    legend = [t for t in fig["data"] if t["meta"]["role"] == "legend"]
+    assert [(t["name"], t["type"], t["legendgroup"]) for t in legend] == [("all_reduce waiting (hollow)", "bar", hollow[0]["name"])]
+    assert "showlegend" not in hollow[0] or not hollow[0]["showlegend"]
+    ticks = [sh for sh in shapes if sh["name"] == "gradients ready"]
+    ready = comm.loc[(comm["rank"].isin([0, 1])) & (comm["ready_ns"] >= 0)]
+    assert len(ticks) == 1 and ticks[0]["path"].count("M") == len(ready) > 0
+    assert not [t for t in fig["data"] if t["type"] == "scatter" and t.get("mode") == "markers"]    # no marker per point
 
 
 def test_old_single_row_layout_would_overlap(tmp_path):
@@ -193,7 +237,8 @@ def test_many_bars_are_drawn_with_webgl(tmp_path, monkeypatch):
     comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
     args = dict(ranks=[0, 1], t0=step_origin(comp, comm))
     svg = timeline_figure(comp, comm, exp, **args)
-    n_bars = sum(len(t["x"]) for t in svg["data"] if t["type"] == "bar")
+    # what GL_BARS counts: compute and exposed bars, and a collective's two (its span and its service)
+    n_bars = sum(len(t["x"]) for t in svg["data"] if t["meta"]["role"] in ("bar", "exposed", "service"))
     assert {t["type"] for t in svg["data"]} <= {"bar", "scatter"} and n_bars <= VT.GL_BARS
     monkeypatch.setattr(VT, "GL_BARS", n_bars - 1)
     gl = timeline_figure(comp, comm, exp, **args)

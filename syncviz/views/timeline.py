@@ -29,6 +29,7 @@ GL_ROWS = 160
 # on 4 ranks is ~600 bars and stays SVG.
 GL_BARS = 1500
 BAND = 0.7            # bar thickness, in rows
+HOLLOW = "rgba(255,255,255,0.9)"
 # A bucket's service bar is labelled ("b12") only where it spans this share of the time axis, ~15 px
 # of a 1,000 px plot: Plotly shrinks a label to fit its bar, so on narrower bars it is unreadable,
 # and laying out the labels is most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484 service
@@ -141,6 +142,51 @@ def _hover_points(name, x, y, customdata, hover):
             "meta": {"role": "hover"}}
 
 
+# In SVG, each collective's hollow whole span and the gradient-ready marks are layout shapes, one
+# SVG path per op, not a bar or marker trace: Plotly styles a trace's bars and markers one by one
+# (two colour parses each), which was most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484
+# collectives) in headless Chromium, Plotly.react + the next frame: 108.6 -> 73.5 ms; with tick labels
+# not measured for overflow (ticklabeloverflow "allow", below) 60.7 ms; a jump (PgUp, drawn by the
+# server) painted a median 272 -> 196-199 ms after the key press (session 39, benchmarks/dashboard.py).
+# The service part stays a bar trace: hover anywhere on it; the waiting part hovers at its middle.
+def _num(v) -> str:
+    return repr(float(v))         # shortest exact: a path's bars keep the times the tests compare
+
+
+def _rect_path(name, y, start, end, fill, line, width) -> dict:
+    """Bars from ``start`` to ``end`` on rows ``y`` as one SVG path (a layout shape, drawn between
+    the grid and the traces, as a bar trace is); its legend entry is _legend_only's."""
+    path = "".join(f"M{_num(a)},{_num(r - BAND / 2)}H{_num(b)}V{_num(r + BAND / 2)}H{_num(a)}Z"
+                   for r, a, b in zip(y, start, end))
+    return {"type": "path", "path": path, "layer": "between", "fillcolor": fill,
+            "line": {"width": width, "color": line}, "name": name, "legendgroup": name}
+
+
+def _legend_only(name, fill, line) -> dict:
+    """A bar trace with no bar: the legend entry (a bar's swatch) of a shape's bars; clicking it
+    hides its legendgroup, shapes included."""
+    return {"type": "bar", "orientation": "h", "name": name, "x": [None], "y": [None], "legendgroup": name,
+            "hoverinfo": "skip", "marker": {"color": fill, "line": {"width": 1.5, "color": line}},
+            "meta": {"role": "legend"}}
+
+
+def _ready_ticks(x, y_top) -> dict:
+    """The gradient-ready marks: a short tick above the bar at each time (one path; zoom keeps a
+    vertical tick a tick, where a triangle in data units would stretch). The bar's hover gives the time."""
+    path = "".join(f"M{_num(a)},{_num(r - 0.25)}V{_num(r)}" for a, r in zip(x, y_top))
+    return {"type": "path", "path": path, "layer": "above", "line": {"width": 1.5, "color": P.READY},
+            "name": "gradients ready"}
+
+
+def _span_hover(name, x, y, customdata, color) -> dict:
+    """Hover points (drawn as nothing: mode "none") for the whole spans a shape draws, with their
+    customdata (start and end at [2] and [3]): role "bar", the spans that must not share a row."""
+    return {"type": "scatter", "mode": "none", "name": name, "x": x, "y": np.asarray(y, dtype=float),
+            "customdata": customdata, "hovertemplate": COMM_HOVER, "showlegend": False, "legendgroup": name,
+            "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}},
+            "meta": {"role": "bar"}}
+
+
 def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
                     labels: dict[int, str] | None = None, t0: int, title: str = "", params: dict | None = None,
                     x_range: float | None = None, max_height: int = MAX_HEIGHT) -> dict:
@@ -164,6 +210,7 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     px_row = 26 if not gl else max(2.0, min(14.0, 900.0 / max(1, n_rows)))
     width_px = max(1.0, px_row * BAND)
     data: list[dict] = []
+    shapes: list[dict] = []
 
     for kind in (S.FORWARD, S.BACKWARD, S.OPTIMIZER):
         f = comp[comp["kind"] == kind]
@@ -195,7 +242,7 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
 
     if len(bars):
         span = x_range or _span_ms(comp, bars)
-        data += _comm_traces(bars, rows, t0, params, gl, width_px, LABEL_MIN_SPAN * span)
+        data += _comm_traces(bars, rows, t0, params, gl, width_px, LABEL_MIN_SPAN * span, shapes)
 
     height = int(min(max_height, 130 + n_rows * px_row))
     dense = gl or (height - 130) / max(1, n_rows) < 11      # row labels would print over each other
@@ -204,16 +251,21 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     if dense and len(tickvals) > 40:
         every = int(np.ceil(len(tickvals) / 32))
         tickvals, ticktext = tickvals[::every], ticktext[::every]
+    # Tick labels are not measured for overflow ("allow"): Plotly's default on a linear axis ("hide
+    # past div") measures every label once for each label drawn, ~13 ms of a 25-row redraw (session 39)
     layout = {
         "title": {"text": title, "x": 0.01, "y": 0.99, "yanchor": "top", "font": {"size": 14}},
         "barmode": "overlay", "height": height, "margin": {"l": 150, "r": 20, "t": 80, "b": 40},
-        "xaxis": {"title": {"text": "ms since the step's first event"}, "zeroline": False, "showgrid": True},
+        "xaxis": {"title": {"text": "ms since the step's first event"}, "zeroline": False, "showgrid": True,
+                  "ticklabeloverflow": "allow"},
         "yaxis": {"tickvals": tickvals, "ticktext": ticktext, "autorange": "reversed", "zeroline": False,
-                  "showgrid": False, "tickfont": {"size": 10}, "range": None},
+                  "showgrid": False, "tickfont": {"size": 10}, "range": None, "ticklabeloverflow": "allow"},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
         "hovermode": "closest", "plot_bgcolor": "#fbfbfd", "uirevision": "timeline",
         "meta": {"rows": rows.names},
     }
+    if shapes:
+        layout["shapes"] = shapes
     del layout["yaxis"]["range"]
     if x_range:   # one time axis for every step of the run, so playing shows change, not rescaling
         layout["xaxis"]["range"] = [-0.01 * x_range, 1.01 * x_range]
@@ -228,10 +280,11 @@ def _span_ms(comp: pd.DataFrame, bars: pd.DataFrame) -> float:
 
 
 def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float,
-                 min_label_ms: float = 0.0) -> list[dict]:
+                 min_label_ms: float, shapes: list[dict]) -> list[dict]:
     """Per op: the hollow whole span (role "bar": these never overlap within a row), the solid
     service part inside it, and in SVG the gradient-ready marks. A bucket's service part is
-    labelled with its number where it is at least ``min_label_ms`` long (LABEL_MIN_SPAN)."""
+    labelled with its number where it is at least ``min_label_ms`` long (LABEL_MIN_SPAN). In SVG
+    the hollow spans and the marks are appended to ``shapes`` (layout shapes, see _rect_path)."""
     out = []
     y_all = bars["rank"].map(rows.comm_y0).to_numpy() + bars["lane"].to_numpy()
     for op, idx in bars.groupby(bars["op"].astype(str), sort=True).indices.items():
@@ -262,14 +315,13 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             out.append(_hover_points(name, (s + e) / 2, y, custom, COMM_HOVER))
             continue
         text = np.where(is_bucket & (e - svc_start >= min_label_ms), "b" + bucket.astype(str).astype(object), "").tolist()
-        out.append(_bars(f"{name} waiting (hollow)", y, s, e, "rgba(255,255,255,0.9)", role="bar", customdata=custom,
-                         hover=COMM_HOVER, line={"width": 1.5, "color": color}))
+        hollow = f"{name} waiting (hollow)"
+        shapes.append(_rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
+        out.append(_legend_only(hollow, HOLLOW, color))
+        out.append(_span_hover(hollow, (s + svc_start) / 2, y, custom, color))
         out.append(_bars(name, y, svc_start, e, color, role="service", customdata=custom, hover=COMM_HOVER,
                          text=text, line={"width": 0.5, "color": color}))
         has_ready = np.isfinite(ready)
         if has_ready.any():
-            out.append({"type": "scatter", "mode": "markers", "name": "gradients ready", "x": ready[has_ready],
-                        "y": y[has_ready] - BAND / 2 - 0.05, "hovertemplate": "gradients ready %{x:.3f} ms<extra></extra>",
-                        "marker": {"symbol": "triangle-down", "size": 6, "color": P.READY}, "legendgroup": "ready",
-                        "showlegend": False, "meta": {"role": "mark"}})
+            shapes.append(_ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))
     return out
