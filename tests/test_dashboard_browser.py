@@ -27,7 +27,8 @@ TIMELINE = ".timeline.front"
 GRAPH_STATE = """
 var gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
 if (!gd || !gd._fullLayout || !gd.data) return null;
-return {meta: gd._fullLayout.meta || null, traces: gd.data.map(t => [t.name, t.type, (t.y || t.z || []).length]),
+return {meta: gd._fullLayout.meta || null,
+        traces: gd.data.map(t => [t.name, t.type, (t.y || t.z || []).length, (t.meta && t.meta.role) || null]),
         ticks: (gd._fullLayout.yaxis || {}).ticktext || null, title: ((gd._fullLayout.title || {}).text) || ''};
 """
 
@@ -66,8 +67,8 @@ def test_replay_play_pause_and_slider(server, browser):
     browser.get(f"{base}/replay?run=synth8")
     wait_for(lambda: shown_step(browser) == 1, "opens at step 1 (after warm-up)")
     g = graph(browser, "replay-timeline")
-    traces = {name: n for name, _, n in g["traces"]}
-    assert traces["all_reduce waiting (hollow)"] == 8 * 6 and "exposed comm (no compute)" in traces
+    traces = {name: n for name, _, n, role in g["traces"] if role in ("bar", "exposed", None)}
+    assert traces["all_reduce waiting (hollow)"] == 8 * 6 and "exposed comm (no compute)" in traces   # a whole span each
     assert [t for t in g["ticks"] if t.endswith("compute")] == [f"rank {r} · compute" for r in range(8)]
     browser.save_screenshot(str(SHOTS / "replay.png"))
 
@@ -476,6 +477,42 @@ def test_replay_no_bar_hides_another(server, browser):
     ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(yy - h / 2)).perform()
     hover = wait_for(lambda: text(browser, ".timeline.front .hoverlayer"), "hover label", timeout=10)
     assert "all_gather" in hover and "start 25.000 ms · end 30.000 ms · duration 5.000 ms" in hover, hover
+
+
+def test_replay_hovers_what_paths_draw(server, browser):
+    """synth8's service parts are narrow (~1.4 ms of a 100 ms step): each op's are drawn in one path
+    (a layout shape), as are the hollow whole spans; hovering near the end of a narrow service part,
+    and inside a span's waiting part, gives that collective's numbers in the real browser."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    base, _ = server
+    browser.get(f"{base}/replay?run=synth8")
+    wait_for(lambda: shown_step(browser) == 1, "synth8 step 1 drawn", driver=browser)
+    gd = browser.find_element(By.CSS_SELECTOR, ".timeline.front .js-plotly-plot")
+    shapes = browser.execute_script("return arguments[0].layout.shapes.map(function (s) { return s.name; });", gd)
+    assert shapes == ["all_reduce waiting (hollow)", "all_reduce", "gradients ready"], shapes
+    for role, where, at in (("service", "end", 0), ("bar", "waiting", 0.1), ("bar", "waiting", 0.9)):
+        # the collective with the longest wait (~70 px of it): its service part's end, or a point
+        # 10% or 90% of the way along its waiting part (farther from that part's middle than Plotly's
+        # hover distance: reached by the points along it)
+        x, y, w, h, start = browser.execute_script("""
+            var gd = arguments[0], role = arguments[1], where = arguments[2], at = arguments[3];
+            var L = gd._fullLayout, r = gd.getBoundingClientRect(), best = null;
+            gd.data.forEach(function (t) {
+              if (!(t.meta && t.meta.role === role && t.type === 'scatter')) return;
+              for (var i = 0; i < t.y.length; i++) {
+                var c = t.customdata[i], wait = parseFloat(c[5]), svc = parseFloat(c[6]);
+                var x = where === 'end' ? c[3] - 0.02 : c[2] + at * (c[3] - svc - c[2]);
+                if (!best || wait > best[3]) best = [x, +t.y[i] + 0.25, c[2], wait];
+              }
+            });
+            return [L._size.l + L.xaxis.l2p(best[0]), L._size.t + L.yaxis.l2p(best[1]), r.width, r.height, best[2]];""",
+            gd, role, where, at)
+        ActionChains(browser).move_to_element_with_offset(gd, int(x - w / 2), int(y - h / 2)).perform()
+        hover = wait_for(lambda: text(browser, ".timeline.front .hoverlayer"), f"hover on a {where} part ({at})", timeout=10)
+        assert "all_reduce" in hover and f"start {start:.3f} ms" in hover, (where, hover)
+        ActionChains(browser).move_by_offset(0, -400).perform()
+        wait_for(lambda: not text(browser, ".timeline.front .hoverlayer"), "hover label gone", timeout=10)
 
 
 def test_run_too_big_to_read_whole(tmp_path_factory, browser):

@@ -276,26 +276,45 @@ def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():
 
 
 def test_bucket_labels_only_where_they_fit(tmp_path):
-    """A bucket's service bar is labelled ("b1") only where it spans LABEL_MIN_SPAN of the time axis:
-    Plotly shrinks a label into any bar, unreadable on a narrow one, and the labels cost most of a
-    redraw of a DDP step of many buckets."""
+    """A bucket's service part is a labelled bar ("b1") only where it spans LABEL_MIN_SPAN of the
+    time axis: Plotly shrinks a label into any bar, unreadable on a narrow one, and the labels cost
+    most of a redraw of a DDP step of many buckets. Narrower service parts are drawn in their op's
+    path (a layout shape) and hovered at their middle, with the same customdata."""
     from syncviz.views import timeline as VT
-    run = load_run(make_ddp_run(tmp_path / "l"))
+    run = load_run(make_ddp_run(tmp_path / "l", straggler=1, straggle_ms=3))
     ev_ = run.events[run.events["step"] == 1]
     comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
     args = dict(ranks=[0, 1], t0=step_origin(comp, comm))
 
+    def service(fig):
+        return [t for t in fig["data"] if t["meta"]["role"] == "service"]
+
     def labels(fig):
-        return [t for tr in fig["data"] if tr["meta"]["role"] == "service" for t in tr["text"]]
+        return [t for tr in service(fig) if tr["type"] == "bar" for t in tr["text"]]
 
     def service_ms(fig):
-        return [w for tr in fig["data"] if tr["meta"]["role"] == "service" for w in tr["x"]]
+        return [w for tr in service(fig) if tr["type"] == "bar" for w in tr["x"]]
+
+    def in_path(fig):
+        """(row, start, end) of the service parts drawn in a path, and of their hover points."""
+        drawn = sorted(v for sh in fig["layout"]["shapes"] if sh["name"] == "all_reduce" for v in shape_spans(sh))
+        points = [t for t in service(fig) if t["type"] == "scatter"]
+        held = sorted((float(y), float(c[3]) - float(c[6].split()[0]), float(c[3])) for t in points
+                      for y, c in zip(t["y"], t["customdata"]))
+        assert np.allclose(drawn, held) and all(t["mode"] == "none" for t in points)
+        return drawn
 
     fig = timeline_figure(comp, comm, exp, **args)
-    assert labels(fig) == ["b0", "b1", "b0", "b1"]       # 10 and 7 ms service bars of a ~45 ms step
+    assert labels(fig) == ["b0", "b1", "b0", "b1"] and not in_path(fig)      # 10 and 7 ms service bars of a ~45 ms step
     narrow = min(service_ms(fig))
     assert labels(timeline_figure(comp, comm, exp, x_range=narrow / VT.LABEL_MIN_SPAN, **args)) == ["b0", "b1"] * 2
     wide = timeline_figure(comp, comm, exp, x_range=narrow / VT.LABEL_MIN_SPAN * 1.01, **args)
-    # bucket 0 is served 10 ms, bucket 1 7 ms (the narrow ones): only bucket 0 keeps its label
-    assert sorted(labels(wide)) == sorted(["b0" if w > narrow else "" for w in service_ms(wide)]) and "" in labels(wide)
-    assert labels(timeline_figure(comp, comm, exp, x_range=1e9, **args)) == [""] * 4
+    # every service part lasts 10 ms but rank 0's bucket 1 (7 ms: it waited 3 ms for rank 1, the
+    # straggler): that one goes into the path, the others stay labelled bars
+    assert sorted(labels(wide)) == ["b0", "b0", "b1"] and service_ms(wide) == [10.0] * 3
+    assert [round(e - s, 6) for _, s, e in in_path(wide)] == [7.0]
+    everything = timeline_figure(comp, comm, exp, x_range=1e9, **args)
+    assert labels(everything) == [] and len(in_path(everything)) == 4
+    # the op's legend entry stays (a bar trace with no bar), and toggles the path with it
+    legend = [t for t in everything["data"] if t["meta"]["role"] == "legend" and t["name"] == "all_reduce"]
+    assert len(legend) == 1 and legend[0]["legendgroup"] == "all_reduce"

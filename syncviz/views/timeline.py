@@ -142,13 +142,16 @@ def _hover_points(name, x, y, customdata, hover):
             "meta": {"role": "hover"}}
 
 
-# In SVG, each collective's hollow whole span and the gradient-ready marks are layout shapes, one
-# SVG path per op, not a bar or marker trace: Plotly styles a trace's bars and markers one by one
-# (two colour parses each), which was most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484
-# collectives) in headless Chromium, Plotly.react + the next frame: 108.6 -> 73.5 ms; with tick labels
-# not measured for overflow (ticklabeloverflow "allow", below) 60.7 ms; a jump (PgUp, drawn by the
-# server) painted a median 272 -> 196-199 ms after the key press (session 39, benchmarks/dashboard.py).
-# The service part stays a bar trace: hover anywhere on it; the waiting part hovers at its middle.
+# In SVG, each collective's hollow whole span, its service part where that is narrow (under
+# LABEL_MIN_SPAN of the axis) and the gradient-ready marks are layout shapes, one SVG path per op
+# and kind, not bar or marker traces: Plotly styles a trace's bars and markers one by one (two colour
+# parses each), which was most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484 collectives)
+# in headless Chromium, Plotly.react + the next frame (/tmp/exp/variants.py, the page's own figures):
+# 108.6 ms as bar and marker traces, 73.5 ms with the spans and marks as paths, 60.7 ms with tick labels
+# not measured for overflow (ticklabeloverflow "allow", below), 44.5 ms with the narrow service parts
+# as paths too (session 39). Hover stays anywhere on a bar: a wide service part is a bar trace; a
+# narrow one (~15 px at most) has a point at its middle, and a waiting part one every LABEL_MIN_SPAN
+# of the axis, which Plotly's hover distance (20 px) reaches from anywhere on the bar.
 def _num(v) -> str:
     return repr(float(v))         # shortest exact: a path's bars keep the times the tests compare
 
@@ -162,11 +165,11 @@ def _rect_path(name, y, start, end, fill, line, width) -> dict:
             "line": {"width": width, "color": line}, "name": name, "legendgroup": name}
 
 
-def _legend_only(name, fill, line) -> dict:
+def _legend_only(name, fill, line, width) -> dict:
     """A bar trace with no bar: the legend entry (a bar's swatch) of a shape's bars; clicking it
     hides its legendgroup, shapes included."""
     return {"type": "bar", "orientation": "h", "name": name, "x": [None], "y": [None], "legendgroup": name,
-            "hoverinfo": "skip", "marker": {"color": fill, "line": {"width": 1.5, "color": line}},
+            "hoverinfo": "skip", "marker": {"color": fill, "line": {"width": width, "color": line}},
             "meta": {"role": "legend"}}
 
 
@@ -178,13 +181,26 @@ def _ready_ticks(x, y_top) -> dict:
             "name": "gradients ready"}
 
 
-def _span_hover(name, x, y, customdata, color) -> dict:
-    """Hover points (drawn as nothing: mode "none") for the whole spans a shape draws, with their
-    customdata (start and end at [2] and [3]): role "bar", the spans that must not share a row."""
+def _spread(start: np.ndarray, end: np.ndarray, every: float) -> tuple[np.ndarray, np.ndarray]:
+    """Hover points along the parts [start, end) longer than ``every``: (x, index of the part), at
+    most ``every`` apart, so that one is within hover distance of any point of the part."""
+    width = np.asarray(end, dtype=float) - np.asarray(start, dtype=float)
+    k = np.where(width > every, np.ceil(width / every) if every > 0 else 1, 0).astype(np.int64)
+    idx = np.repeat(np.arange(len(k)), k)
+    j = np.arange(len(idx)) - np.repeat(np.cumsum(k) - k, k)          # 0..k-1 within each part
+    return np.asarray(start, dtype=float)[idx] + (j + 0.5) * width[idx] / k[idx], idx
+
+
+def _hover_at(name, x, y, customdata, color, *, role) -> dict:
+    """Hover points (drawn as nothing: mode "none") at ``x`` for bars a shape draws, with their
+    customdata (start and end at [2] and [3]). Role "bar": the whole spans (a point each, at the
+    waiting part's middle), which must not share a row; "hover": more along long waiting parts
+    (_spread); "service": the narrow service parts."""
     return {"type": "scatter", "mode": "none", "name": name, "x": x, "y": np.asarray(y, dtype=float),
             "customdata": customdata, "hovertemplate": COMM_HOVER, "showlegend": False, "legendgroup": name,
-            "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}},
-            "meta": {"role": "bar"}}
+            # the label a bar of that fill would get: a hollow span's white, a service part's colour
+            "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}} if role == "bar"
+            else {"bgcolor": color}, "meta": {"role": role}}
 
 
 def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
@@ -282,9 +298,10 @@ def _span_ms(comp: pd.DataFrame, bars: pd.DataFrame) -> float:
 def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float,
                  min_label_ms: float, shapes: list[dict]) -> list[dict]:
     """Per op: the hollow whole span (role "bar": these never overlap within a row), the solid
-    service part inside it, and in SVG the gradient-ready marks. A bucket's service part is
-    labelled with its number where it is at least ``min_label_ms`` long (LABEL_MIN_SPAN). In SVG
-    the hollow spans and the marks are appended to ``shapes`` (layout shapes, see _rect_path)."""
+    service part inside it, and in SVG the gradient-ready marks. A service part at least
+    ``min_label_ms`` long (LABEL_MIN_SPAN of the axis) is a bar, labelled with its bucket's number;
+    in SVG the hollow spans, the narrower service parts and the marks are appended to ``shapes``
+    (layout shapes, see _rect_path), each with hover points where a bar trace would hover."""
     out = []
     y_all = bars["rank"].map(rows.comm_y0).to_numpy() + bars["lane"].to_numpy()
     for op, idx in bars.groupby(bars["op"].astype(str), sort=True).indices.items():
@@ -314,13 +331,25 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             out.append(_segments(name, y, svc_start, e, color, width_px, role="service"))
             out.append(_hover_points(name, (s + e) / 2, y, custom, COMM_HOVER))
             continue
-        text = np.where(is_bucket & (e - svc_start >= min_label_ms), "b" + bucket.astype(str).astype(object), "").tolist()
+        wide = e - svc_start >= min_label_ms
         hollow = f"{name} waiting (hollow)"
         shapes.append(_rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
-        out.append(_legend_only(hollow, HOLLOW, color))
-        out.append(_span_hover(hollow, (s + svc_start) / 2, y, custom, color))
-        out.append(_bars(name, y, svc_start, e, color, role="service", customdata=custom, hover=COMM_HOVER,
-                         text=text, line={"width": 0.5, "color": color}))
+        out.append(_legend_only(hollow, HOLLOW, color, 1.5))
+        out.append(_hover_at(hollow, (s + svc_start) / 2, y, custom, color, role="bar"))
+        x_more, more = _spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
+        if len(more):
+            out.append(_hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover"))
+        # the service parts: wide ones a bar trace (hover anywhere, a label), narrow ones one path
+        w, n = np.flatnonzero(wide), np.flatnonzero(~wide)
+        if len(w):
+            label = np.where(is_bucket[w], "b" + bucket[w].astype(str).astype(object), "").tolist()
+            out.append(_bars(name, y[w], svc_start[w], e[w], color, role="service", customdata=[custom[i] for i in w],
+                             hover=COMM_HOVER, text=label, line={"width": 0.5, "color": color}))
+        else:
+            out.append(_legend_only(name, color, color, 0.5))
+        if len(n):
+            shapes.append(_rect_path(name, y[n], svc_start[n], e[n], color, color, 0.5))
+            out.append(_hover_at(name, (svc_start[n] + e[n]) / 2, y[n], [custom[i] for i in n], color, role="service"))
         has_ready = np.isfinite(ready)
         if has_ready.any():
             shapes.append(_ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))
