@@ -152,15 +152,18 @@ def _hover_points(name, x, y, customdata, hover):
 # as paths too (session 39). Hover stays anywhere on a bar: a wide service part is a bar trace; a
 # narrow one (~15 px at most) has a point at its middle, and a waiting part one every LABEL_MIN_SPAN
 # of the axis, which Plotly's hover distance (20 px) reaches from anywhere on the bar.
-def _num(v) -> str:
-    return repr(float(v))         # shortest exact: a path's bars keep the times the tests compare
+def _nums(values) -> map:
+    """Numbers as path text, each the shortest that reads back exactly (repr): a path's bars keep the
+    times the tests compare."""
+    return map(repr, np.asarray(values, dtype=float).tolist())
 
 
 def _rect_path(name, y, start, end, fill, line, width) -> dict:
     """Bars from ``start`` to ``end`` on rows ``y`` as one SVG path (a layout shape, drawn between
     the grid and the traces, as a bar trace is); its legend entry is _legend_only's."""
-    path = "".join(f"M{_num(a)},{_num(r - BAND / 2)}H{_num(b)}V{_num(r + BAND / 2)}H{_num(a)}Z"
-                   for r, a, b in zip(y, start, end))
+    y = np.asarray(y, dtype=float)
+    path = "".join(f"M{a},{y0}H{b}V{y1}H{a}Z"
+                   for a, y0, b, y1 in zip(_nums(start), _nums(y - BAND / 2), _nums(end), _nums(y + BAND / 2)))
     return {"type": "path", "path": path, "layer": "between", "fillcolor": fill,
             "line": {"width": width, "color": line}, "name": name, "legendgroup": name}
 
@@ -176,7 +179,8 @@ def _legend_only(name, fill, line, width) -> dict:
 def _ready_ticks(x, y_top) -> dict:
     """The gradient-ready marks: a short tick above the bar at each time (one path; zoom keeps a
     vertical tick a tick, where a triangle in data units would stretch). The bar's hover gives the time."""
-    path = "".join(f"M{_num(a)},{_num(r - 0.25)}V{_num(r)}" for a, r in zip(x, y_top))
+    y_top = np.asarray(y_top, dtype=float)
+    path = "".join(f"M{a},{y0}V{y1}" for a, y0, y1 in zip(_nums(x), _nums(y_top - 0.25), _nums(y_top)))
     return {"type": "path", "path": path, "layer": "above", "line": {"width": 1.5, "color": P.READY},
             "name": "gradients ready"}
 
