@@ -582,7 +582,11 @@ def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app, store):
     drawn[1], drawn[2] = drawn[-1]["fig"], drawn[-1]["style"]    # the heatmap draw() sends aside
     version = replay.files_version(store.signature("synth24"))
     assert ahead["out"][5] == drawn[5] + [version] == ["synth24", 2, "auto", version]
-    assert json.loads(to_json(ahead["out"][:5])) == json.loads(to_json(drawn[:5]))
+    # where the tables came from may differ (the run's background block analysis, started by the first
+    # draw, can finish between the two: "step analysed alone", then "block tables"); what is drawn may not
+    a, b = json.loads(to_json(ahead["out"][:5])), json.loads(to_json(drawn[:5]))
+    sources = {f[0]["layout"]["meta"].pop("source") for f in (a, b)}
+    assert sources <= {"step analysed alone", "block tables"} and a == b
     ranks, _ = replay.draw_ahead(["synth24", 1, "ranks"], 4)     # every rank's lane: no heatmap, left as it is
     assert ranks["skip"] == [1] and ranks["out"][1] is None and ranks["out"][2] == {"display": "none"}
     assert ranks["out"][0]["layout"]["meta"]["step"] == 2 and ranks["out"][5][:3] == ["synth24", 2, "ranks"]
