@@ -10,8 +10,9 @@ end and duration in ms since the step's first event.
 
 Figures are dicts, not plotly.graph_objects: building a validated go.Figure of a 64-rank step costs
 more than analysing the step, and the slider must redraw within 200 ms of server time. Up to
-GL_ROWS rows and GL_BARS bars are drawn as SVG bars (hover anywhere on a bar); more as WebGL line
-segments with one hover point per bar.
+GL_ROWS rows and GL_BARS bars are drawn in SVG, as bar traces and, where Plotly would style many bars
+one by one, as one path per op and kind (layout shapes) with hover points where a bar would hover
+(hover anywhere on a bar either way); more as WebGL line segments with one hover point per bar.
 """
 from __future__ import annotations
 
