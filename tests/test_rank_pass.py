@@ -417,6 +417,29 @@ def test_summary_keep_passes_writes_the_missing_and_stale_ones(tmp_path, monkeyp
     assert r.exit_code != 0 and "Traceback" not in r.output
 
 
+def test_summary_says_when_kept_passes_would_halve_it(tmp_path, monkeypatch):
+    """A summary that read PASS_HINT_EVENTS events or more from ranks that kept no first pass says, in
+    one line on stderr, how many and what --keep-passes would save; not once the passes are kept, nor
+    below the threshold; the report is the same either way."""
+    from syncviz.trace import load_run
+    from syncviz.views import summary as SV
+    run = _copy(DATA / "straggler", tmp_path)
+    n = len(load_run(run).events)          # every event of every rank
+    monkeypatch.setattr(SV, "PASS_HINT_EVENTS", n)
+    r = CliRunner().invoke(cli, ["summary", "--fresh", str(run), "--jobs", "1"])
+    assert r.exit_code == 0, r.output
+    assert f"read {n:,} events from rank files that kept no first pass" in r.stderr and "--keep-passes" in r.stderr
+    expected = r.stdout
+    monkeypatch.setattr(SV, "PASS_HINT_EVENTS", n + 1)
+    r = CliRunner().invoke(cli, ["summary", "--fresh", str(run), "--jobs", "1"])
+    assert r.stdout == expected and "--keep-passes" not in r.stderr
+    monkeypatch.setattr(SV, "PASS_HINT_EVENTS", 1)
+    r = CliRunner().invoke(cli, ["summary", "--fresh", "--keep-passes", str(run), "--jobs", "1"])
+    assert r.exit_code == 0 and r.stdout == expected and "events from rank files" not in r.stderr
+    r = CliRunner().invoke(cli, ["summary", "--fresh", str(run), "--jobs", "1"])
+    assert r.stdout == expected and "events from rank files" not in r.stderr
+
+
 def test_kept_passes_are_keyed_on_the_code_that_decides_them():
     """A pass is trusted under the digest of syncviz/analysis and syncviz/trace only (rank_pass.CODE),
     so that holds only while their code imports nothing else of syncviz's: every import checked."""

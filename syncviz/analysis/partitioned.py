@@ -79,6 +79,8 @@ class SummaryTables:
     bucket_stats: tuple | None = None           # the dashboard's bucket_stats (partials.combine_bucket_stats)
     op_bytes: pd.DataFrame | None = None        # the dashboard's op_bytes (summarize(compare=True))
     distributed: tuple | None = None            # the dashboard's Distributed page: (rank_breakdown, collective_kinds)
+    kept_ranks: int = 0                         # ranks whose kept first pass was combined (analysis.rank_pass)
+    events_read: int = 0                        # events read from the rank files of the other ranks
 
     @property
     def name(self) -> str:
@@ -176,7 +178,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         steps_parts, facts, spans, events, rows = [], [], [], None, 0
         if compare == "only":
             kept = [None] * len(parts)        # no second pass to keep the events for
-        compared, first, step_first, bucket_steps, kept_ranks = [], None, None, set(), 0
+        compared, first, step_first, bucket_steps, kept_ranks, read_rows = [], None, None, set(), 0, 0
         for i, r in enumerate(_map(pool, P.pass1, [(str(run_dir), p, k, bool(compare)) for p, k in zip(parts, kept)])):
             compared.append(r["compare"])
             first = PV.reduce_bucket_first([first, r["bucket_first"]])
@@ -194,6 +196,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
             spans.append(r["spans"])
             events = P.reduce_events([events, r["events"]])
             kept_ranks += r["kept_ranks"]
+            read_rows += 0 if r["kept_ranks"] else r["rows"]      # a partition combines kept passes or reads
             say(f"pass 1/2: {i + 1}/{len(parts)} partitions")
         if kept_ranks:
             say(f"pass 1/2: {kept_ranks:,} of {len(files):,} ranks from the first pass each kept when it closed")
@@ -256,6 +259,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         tables.comparison = comparison
+        tables.kept_ranks, tables.events_read = kept_ranks, read_rows
         tables.op_bytes = CM.headline_op_bytes(compared) if compare else None
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])

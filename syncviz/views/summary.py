@@ -291,9 +291,26 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
                 write_json(tables)
             else:
                 print_summary(tables, all_steps=all_steps)
+            hint_keep_passes(run, tables)
             # what the dashboard needs to open this run without reading it whole (views/runcache.py)
             if RC.put_summary(run, tables, sig):
                 progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
+
+
+# A run whose ranks kept no first pass from this syncviz (recorded by another version, or a recording
+# that did not close) is summarized from every event: benchmarks/scale.py's 10^8-event DDP run in 92.8 s,
+# against 48.0 s from its kept passes (session 39). Worth a line from this many events read that way.
+PASS_HINT_EVENTS = 5_000_000
+
+
+def hint_keep_passes(run, tables) -> None:
+    """One line on stderr when the summary read at least PASS_HINT_EVENTS events from rank files
+    whose ranks kept no first pass: what --keep-passes would save."""
+    if tables.events_read >= PASS_HINT_EVENTS:
+        click.echo(f"syncviz summary: read {tables.events_read:,} events from rank files that kept no first pass "
+                   f"from this syncviz (recorded by another version, or the recording did not close); "
+                   f"`syncviz summary --keep-passes {run}` writes those passes once, and later summaries of "
+                   f"this run take about half the time", err=True)
 
 
 def _keep_passes(run, jobs) -> None:
