@@ -79,8 +79,7 @@ class SummaryTables:
     bucket_stats: tuple | None = None           # the dashboard's bucket_stats (partials.combine_bucket_stats)
     op_bytes: pd.DataFrame | None = None        # the dashboard's op_bytes (summarize(compare=True))
     distributed: tuple | None = None            # the dashboard's Distributed page: (rank_breakdown, collective_kinds)
-    kept_ranks: int = 0                         # ranks whose kept first pass was combined (analysis.rank_pass)
-    events_read: int = 0                        # events read from the rank files of the other ranks
+    events_read: int = 0                        # events read from rank files, not from kept first passes
 
     @property
     def name(self) -> str:
@@ -259,7 +258,7 @@ def _summarize(run_dir, meta, files, mproblems, parts, jobs, pool, say, scratch_
         tables.facts = P.combine_facts(facts, tables.problems, incomplete)
         tables.spans = pd.concat(spans, ignore_index=True) if spans else None
         tables.comparison = comparison
-        tables.kept_ranks, tables.events_read = kept_ranks, read_rows
+        tables.events_read = read_rows
         tables.op_bytes = CM.headline_op_bytes(compared) if compare else None
         tables.bucket_json = [r["json"] for r in second]
         tables.rank_skew = PV.combine_lateness([r["lateness"] for r in second])

@@ -291,7 +291,7 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
                 write_json(tables)
             else:
                 print_summary(tables, all_steps=all_steps)
-            hint_keep_passes(run, tables)
+            _hint_keep_passes(run, tables)
             # what the dashboard needs to open this run without reading it whole (views/runcache.py)
             if RC.put_summary(run, tables, sig):
                 progress(f"kept the summary for `syncviz dash` in {Path(run) / RC.CACHE_DIR}")
@@ -303,7 +303,7 @@ def summary_command(run, as_json, jobs, whole, dask_address, scratch, fresh=Fals
 PASS_HINT_EVENTS = 5_000_000
 
 
-def hint_keep_passes(run, tables) -> None:
+def _hint_keep_passes(run, tables) -> None:
     """One line on stderr when the summary read at least PASS_HINT_EVENTS events from rank files
     whose ranks kept no first pass: what --keep-passes would save."""
     if tables.events_read >= PASS_HINT_EVENTS:
