@@ -515,6 +515,72 @@ def test_replay_hovers_what_paths_draw(server, browser):
         wait_for(lambda: not text(browser, ".timeline.front .hoverlayer"), "hover label gone", timeout=10)
 
 
+# Hover at the two ends (``px`` inside) and the middle of every bar of the timeline in front, with
+# Plotly's own mouse handling (a mousemove on its drag layer, as the real mouse sends one; selenium's
+# moves take ~0.3 s each here, these ~0.1 s): [part, the bar's identity, the identity hovered]. A
+# comm part's identity is its collective's start (customdata[2] of the role-"bar" points, one a
+# collective: whole span and service time), a compute bar's its own start (customdata[1]).
+# Positions are taken when each probe is made: the page may redraw the step meanwhile (the run's
+# block tables arriving) with another time axis.
+HOVER_SWEEP_JS = r"""
+var gd = arguments[0], px = arguments[1], done = arguments[arguments.length - 1];
+var drag = gd.querySelector('.nsewdrag'), parts = [];
+gd.data.forEach(function (t) {
+  var role = t.meta && t.meta.role;
+  if (role === 'bar' && t.type === 'scatter') {
+    for (var i = 0; i < t.y.length; i++) {
+      var c = t.customdata[i], svc = parseFloat(c[6]), v = c[3] - (svc >= 0 ? svc : 0);
+      parts.push([+t.y[i], c[2], v, 'waiting', 'comm ' + c[2]], [+t.y[i], v, c[3], 'service', 'comm ' + c[2]]);
+    }
+  } else if (role === 'bar' && t.type === 'bar') {
+    for (var i = 0; i < t.y.length; i++) { var c = t.customdata[i]; parts.push([+t.y[i], c[1], c[2], t.name, 'compute ' + c[1]]); }
+  }
+});
+var probes = [];
+parts.forEach(function (p) { [[px, 0], [0, 0.5], [-px, 1]].forEach(function (o) { probes.push([p, o, 0]); }); });
+var out = [], i = 0;
+function next() {
+  if (i >= probes.length) { done(out); return; }
+  var pr = probes[i], p = pr[0], L = gd._fullLayout, box = drag.getBoundingClientRect();
+  var a = L.xaxis.l2p(p[1]), b = L.xaxis.l2p(p[2]), x = a + pr[1][0] + pr[1][1] * (b - a);
+  if (b - a < 2 * px + 1 || x <= 0 || x >= L._size.w) { i++; next(); return; }    // too narrow, or off the axis
+  drag.dispatchEvent(new MouseEvent('mousemove', {clientX: box.left + x, clientY: box.top + L.yaxis.l2p(p[0]), bubbles: true}));
+  setTimeout(function () {
+    var h = (gd._hoverdata || [])[0], got = null;
+    if (h) got = !h.customdata ? 'no numbers: ' + h.data.name :
+                 /forward|backward|optimizer/.test(h.data.name) ? 'compute ' + h.customdata[1] : 'comm ' + h.customdata[2];
+    Plotly.Fx.unhover(gd);
+    if (got !== p[4] && pr[2] < 2) { pr[2]++; setTimeout(next, 200); return; }   // a redraw under the probe: again
+    out.push([p[3], p[4], got, x]);
+    i++;
+    setTimeout(next, 55);
+  }, 70);
+}
+next();
+"""
+
+
+@pytest.mark.parametrize("run", ["synth24", "ddp"])
+def test_replay_hover_names_the_bar_under_the_cursor(server, browser, run):
+    """Near both ends and at the middle of every bar (compute, and each collective's waiting and
+    service parts, which the figure draws as bar traces or as paths with hover points, see
+    views/timeline.py), the hover gives that bar's numbers, not a neighbour's: synth24's rows are
+    dense (a collective's waiting part starts where the one before ends), ddp's service parts are
+    wide enough to be bar traces. Mutation: the points along waiting parts left out (timeline._spread
+    giving none) fails it."""
+    from selenium.webdriver.common.by import By
+    base, _ = server
+    browser.get(f"{base}/replay?run={run}")
+    wait_for(lambda: shown_step(browser) == 1, f"{run} step 1 drawn", driver=browser)
+    gd = browser.find_element(By.CSS_SELECTOR, ".timeline.front .js-plotly-plot")
+    browser.set_script_timeout(110)
+    probes = browser.execute_async_script(HOVER_SWEEP_JS, gd, 2)
+    kinds = {p[0] for p in probes}
+    assert {"waiting", "service", "forward", "backward compute"} <= kinds and len(probes) > 30, (kinds, len(probes))
+    wrong = [p for p in probes if p[2] != p[1]]
+    assert not wrong, f"{len(wrong)} of {len(probes)} probes hovered another bar: {wrong[:6]}"
+
+
 def test_run_too_big_to_read_whole(tmp_path_factory, browser):
     """A run over --max-run-gb, after `syncviz summary`: the Replay reads each step alone (the
     last step from where its batches lie), and Ratios, Buckets, Strategies and Distributed draw
