@@ -5,6 +5,7 @@ all-gathers)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from syncviz.dashboard.figures.timeline import lateness_figure
@@ -131,6 +132,35 @@ def test_hollow_spans_are_one_path_an_op(tmp_path):
     ready = comm.loc[(comm["rank"].isin([0, 1])) & (comm["ready_ns"] >= 0)]
     assert len(ticks) == 1 and ticks[0]["path"].count("M") == len(ready) > 0
     assert not [t for t in fig["data"] if t["type"] == "scatter" and t.get("mode") == "markers"]    # no marker per point
+
+
+@pytest.mark.parametrize("x_range", [None, 1e9])
+def test_every_span_is_hovered_just_inside_both_ends(tmp_path, x_range):
+    """Each collective's hover points (SVG) lie inside its own span, and two of them lie within
+    LABEL_MIN_SPAN/64 of the axis inside its start and its end, so a cursor anywhere inside is
+    nearer one of its own points than a neighbour's (the browser check: test_dashboard_browser's
+    test_replay_hover_names_the_bar_under_the_cursor). Both with service parts wide enough to be
+    bar traces (no x_range) and narrow ones in a path (x_range 1e9 ms). Between its ends no two of
+    a span's points are farther apart than 1.5 LABEL_MIN_SPAN of the axis (half a waiting part's
+    spacing and a narrow service part): a cursor is then within ~13 px of one on a 1,175 px plot,
+    inside Plotly's hover distance (20 px)."""
+    from syncviz.views import timeline as VT
+    run = load_run(make_ddp_run(tmp_path / "e", straggler=1, straggle_ms=3))
+    ev_ = run.events[run.events["step"] == 1]
+    comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
+    fig = timeline_figure(comp, comm, exp, ranks=[0, 1], t0=step_origin(comp, comm), x_range=x_range)
+    points: dict = {}
+    for t in fig["data"]:
+        if t["type"] == "scatter" and t["meta"]["role"] in ("bar", "hover", "service"):
+            for x, y, c in zip(t["x"], t["y"], t["customdata"]):
+                points.setdefault((float(y), float(c[2]), float(c[3])), []).append(float(x))
+    assert len(points) == 4                                          # 2 ranks × 2 buckets
+    span = x_range or VT._span_ms(comp[comp["rank"].isin([0, 1])], comm[comm["rank"].isin([0, 1])])
+    eps, every = VT.LABEL_MIN_SPAN * span / 64, VT.LABEL_MIN_SPAN * span
+    for (_, start, end), xs in points.items():
+        xs = sorted(xs)
+        assert start <= xs[0] <= start + eps * 1.000001 and end - eps * 1.000001 <= xs[-1] <= end, (start, end, xs)
+        assert max(np.diff(xs), default=0.0) <= 1.5 * every * 1.000001, (start, end, xs)
 
 
 def test_old_single_row_layout_would_overlap(tmp_path):

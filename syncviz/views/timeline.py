@@ -151,8 +151,9 @@ def _hover_points(name, x, y, customdata, hover):
 # 108.6 ms as bar and marker traces, 73.5 ms with the spans and marks as paths, 60.7 ms with tick labels
 # not measured for overflow (ticklabeloverflow "allow", below), 44.5 ms with the narrow service parts
 # as paths too (session 39). Hover stays anywhere on a bar: a wide service part is a bar trace; a
-# narrow one (~15 px at most) has a point at its middle, and a waiting part one every LABEL_MIN_SPAN
-# of the axis, which Plotly's hover distance (20 px) reaches from anywhere on the bar.
+# narrow one (~15 px at most) has a point at its end, a waiting part one every LABEL_MIN_SPAN of the
+# axis, and each span one just inside its start and end (_ends), which Plotly's hover distance (20 px)
+# reaches from anywhere on the bar.
 def _nums(values) -> map:
     """Numbers as path text, each the shortest that reads back exactly (repr): a path's bars keep the
     times the tests compare."""
@@ -196,16 +197,31 @@ def _spread(start: np.ndarray, end: np.ndarray, every: float) -> tuple[np.ndarra
     return np.asarray(start, dtype=float)[idx] + (j + 0.5) * width[idx] / k[idx], idx
 
 
-def _hover_at(name, x, y, customdata, color, *, role) -> dict:
+def _ends(start: np.ndarray, end: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Where a collective's span [start, end] gets its first and last hover points: ``eps`` inside
+    each end (at its middle when it is shorter than 2 ``eps``). Plotly hovers the point nearest the
+    cursor, and a neighbour's point is outside the span: with a point this near each end, a cursor
+    anywhere inside is nearer one of the span's own points, which _spread keeps at most 1.5
+    LABEL_MIN_SPAN apart (~13 px from any x on a 1,175 px plot: within Plotly's 20 px). Without them, on the 10^8-event DDP run's
+    step, 32 of 81 cursors 2 px into a waiting part showed the collective before, whose narrow
+    service part's point was a few px away and the span's own first point ~12 px (session 40)."""
+    start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    mid = (start + end) / 2
+    return np.minimum(start + eps, mid), np.maximum(end - eps, mid)
+
+
+def _hover_at(name, x, y, customdata, color, *, role, hollow: bool = False) -> dict:
     """Hover points (drawn as nothing: mode "none") at ``x`` for bars a shape draws, with their
     customdata (start and end at [2] and [3]). Role "bar": the whole spans (a point each, at the
-    waiting part's middle), which must not share a row; "hover": more along long waiting parts
-    (_spread); "service": the narrow service parts."""
+    waiting part's middle), which must not share a row; "hover": more, at each span's start and a
+    wide service part's end (_ends) and along long parts (_spread); "service": the narrow service
+    parts, at their end (_ends). ``hollow``: points on the hollow spans (their label is white, as a
+    role "bar" point's)."""
     return {"type": "scatter", "mode": "none", "name": name, "x": x, "y": np.asarray(y, dtype=float),
             "customdata": customdata, "hovertemplate": COMM_HOVER, "showlegend": False, "legendgroup": name,
             # the label a bar of that fill would get: a hollow span's white, a service part's colour
-            "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}} if role == "bar"
-            else {"bgcolor": color}, "meta": {"role": role}}
+            "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}}
+            if role == "bar" or hollow else {"bgcolor": color}, "meta": {"role": role}}
 
 
 def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
@@ -341,20 +357,27 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
         shapes.append(_rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
         out.append(_legend_only(hollow, HOLLOW, color, 1.5))
         out.append(_hover_at(hollow, (s + svc_start) / 2, y, custom, color, role="bar"))
+        first, last = _ends(s, e, min_label_ms / 64)
         x_more, more = _spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
-        if len(more):
-            out.append(_hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover"))
+        out.append(_hover_at(hollow, np.concatenate([first, x_more]), np.concatenate([y, y[more]]),
+                             custom + [custom[i] for i in more], color, role="hover", hollow=True))
         # the service parts: wide ones a bar trace (hover anywhere, a label), narrow ones one path
         w, n = np.flatnonzero(wide), np.flatnonzero(~wide)
         if len(w):
             label = np.where(is_bucket[w], "b" + bucket[w].astype(str).astype(object), "").tolist()
             out.append(_bars(name, y[w], svc_start[w], e[w], color, role="service", customdata=[custom[i] for i in w],
                              hover=COMM_HOVER, text=label, line={"width": 0.5, "color": color}))
+            # inside a bar Plotly's hover distance is ~19 px: a neighbour's point nearer than that would
+            # win, so a wide service part has its own points along it and at its end too
+            x_wide, along = _spread(svc_start[w], e[w], min_label_ms)
+            at = np.concatenate([w, w[along]])
+            out.append(_hover_at(name, np.concatenate([last[w], x_wide]), y[at], [custom[i] for i in at], color,
+                                 role="hover"))
         else:
             out.append(_legend_only(name, color, color, 0.5))
         if len(n):
             shapes.append(_rect_path(name, y[n], svc_start[n], e[n], color, color, 0.5))
-            out.append(_hover_at(name, (svc_start[n] + e[n]) / 2, y[n], [custom[i] for i in n], color, role="service"))
+            out.append(_hover_at(name, last[n], y[n], [custom[i] for i in n], color, role="service"))
         has_ready = np.isfinite(ready)
         if has_ready.any():
             shapes.append(_ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))
