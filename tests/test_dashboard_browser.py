@@ -521,9 +521,10 @@ def test_replay_hovers_what_paths_draw(server, browser):
 # comm part's identity is its collective's start (customdata[2] of the role-"bar" points, one a
 # collective: whole span and service time), a compute bar's its own start (customdata[1]).
 # Positions are taken when each probe is made: the page may redraw the step meanwhile (the run's
-# block tables arriving) with another time axis.
+# block tables arriving) with another time axis. Probes ``from`` .. ``from + count`` of them (one
+# script call stays well inside the driver's 120 s), and how many there are.
 HOVER_SWEEP_JS = r"""
-var gd = arguments[0], px = arguments[1], done = arguments[arguments.length - 1];
+var gd = arguments[0], px = arguments[1], from = arguments[2], count = arguments[3], done = arguments[arguments.length - 1];
 var drag = gd.querySelector('.nsewdrag'), parts = [];
 gd.data.forEach(function (t) {
   var role = t.meta && t.meta.role;
@@ -538,9 +539,10 @@ gd.data.forEach(function (t) {
 });
 var probes = [];
 parts.forEach(function (p) { [[px, 0], [0, 0.5], [-px, 1]].forEach(function (o) { probes.push([p, o, 0]); }); });
-var out = [], i = 0;
+var total = probes.length, out = [], i = 0;
+probes = probes.slice(from, from + count);
 function next() {
-  if (i >= probes.length) { done(out); return; }
+  if (i >= probes.length) { done([total, out]); return; }
   var pr = probes[i], p = pr[0], L = gd._fullLayout, box = drag.getBoundingClientRect();
   var a = L.xaxis.l2p(p[1]), b = L.xaxis.l2p(p[2]), x = a + pr[1][0] + pr[1][1] * (b - a);
   if (b - a < 2 * px + 1 || x <= 0 || x >= L._size.w) { i++; next(); return; }    // too narrow, or off the axis
@@ -587,7 +589,10 @@ def test_replay_hover_names_the_bar_under_the_cursor(server, many_buckets, brows
     wait_for(lambda: shown_step(browser) == 1, f"{run} step 1 drawn", driver=browser)
     gd = browser.find_element(By.CSS_SELECTOR, ".timeline.front .js-plotly-plot")
     browser.set_script_timeout(110)
-    probes = browser.execute_async_script(HOVER_SWEEP_JS, gd, 2)
+    probes, at, total = [], 0, 1
+    while at < total:
+        total, more = browser.execute_async_script(HOVER_SWEEP_JS, gd, 2, at, 150)
+        probes, at = probes + more, at + 150
     kinds = {p[0] for p in probes}
     assert {"waiting", "service", "forward", "backward compute"} <= kinds and len(probes) > 30, (kinds, len(probes))
     wrong = [p for p in probes if p[2] != p[1]]
