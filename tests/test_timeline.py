@@ -5,8 +5,8 @@ all-gathers)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import pandas as pd
+import pytest
 
 from syncviz.dashboard.figures.timeline import lateness_figure
 from syncviz import analysis as A
@@ -111,8 +111,8 @@ def test_zero3_all_gathers_get_their_own_rows(tmp_path):
 def test_hollow_spans_are_one_path_an_op(tmp_path):
     """In SVG each op's hollow whole spans are one layout shape (a path), the gradient-ready marks
     another, and the spans the path draws are exactly those its hover points carry; a legend entry
-    per op (a bar trace with no bar) shares their legendgroup (Plotly toggles a group as one). On a DDP run with a straggler: waiting
-    spans and gradient-ready times on both ranks."""
+    per op (a bar trace with no bar) shares their legendgroup (Plotly toggles a group as one). On a
+    DDP run with a straggler: waiting spans and gradient-ready times on both ranks."""
     run = load_run(make_ddp_run(tmp_path / "h", straggler=1, straggle_ms=3))
     ev_ = run.events[run.events["step"] == 1]
     comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
@@ -137,7 +137,7 @@ def test_hollow_spans_are_one_path_an_op(tmp_path):
 @pytest.mark.parametrize("x_range", [None, 1e9])
 def test_every_span_is_hovered_just_inside_both_ends(tmp_path, x_range):
     """Each collective's hover points (SVG) lie inside its own span, and two of them lie within
-    LABEL_MIN_SPAN/64 of the axis inside its start and its end, so a cursor anywhere inside is
+    LABEL_MIN_SPAN × HOVER_EDGE of the axis inside its start and its end, so a cursor anywhere inside is
     nearer one of its own points than a neighbour's (the browser check: test_dashboard_browser's
     test_replay_hover_names_the_bar_under_the_cursor). Both with service parts wide enough to be
     bar traces (no x_range) and narrow ones in a path (x_range 1e9 ms). Between its ends no two of
@@ -156,7 +156,7 @@ def test_every_span_is_hovered_just_inside_both_ends(tmp_path, x_range):
                 points.setdefault((float(y), float(c[2]), float(c[3])), []).append(float(x))
     assert len(points) == 4                                          # 2 ranks × 2 buckets
     span = x_range or VT._span_ms(comp[comp["rank"].isin([0, 1])], comm[comm["rank"].isin([0, 1])])
-    eps, every = VT.LABEL_MIN_SPAN * span / 64, VT.LABEL_MIN_SPAN * span
+    eps, every = VT.LABEL_MIN_SPAN * span * VT.HOVER_EDGE, VT.LABEL_MIN_SPAN * span
     for (_, start, end), xs in points.items():
         xs = sorted(xs)
         assert start <= xs[0] <= start + eps * 1.000001 and end - eps * 1.000001 <= xs[-1] <= end, (start, end, xs)

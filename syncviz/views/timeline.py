@@ -37,6 +37,9 @@ HOLLOW = "rgba(255,255,255,0.9)"
 # bars, none that wide): Plotly.react + the next frame 138-147 ms with every label, 84-100 ms with
 # these (none), in headless Chromium (session 34, /tmp script redrawing the page's own figures).
 LABEL_MIN_SPAN = 0.015
+# How far inside each end of a span its first and last hover points lie (_ends), as a share of
+# LABEL_MIN_SPAN: ~0.3 px of a 1,175 px plot, so no cursor inside the span is nearer a neighbour's point.
+HOVER_EDGE = 1 / 64
 MAX_HEIGHT = 1100     # px: the figure scrolls inside itself beyond this, the page does not grow
 
 COMM_HOVER = ("<b>%{customdata[0]}</b> · %{customdata[1]}<br>"
@@ -202,9 +205,10 @@ def _ends(start: np.ndarray, end: np.ndarray, eps: float) -> tuple[np.ndarray, n
     each end (at its middle when it is shorter than 2 ``eps``). Plotly hovers the point nearest the
     cursor, and a neighbour's point is outside the span: with a point this near each end, a cursor
     anywhere inside is nearer one of the span's own points, which _spread keeps at most 1.5
-    LABEL_MIN_SPAN apart (~13 px from any x on a 1,175 px plot: within Plotly's 20 px). Without them, on the 10^8-event DDP run's
-    step, 32 of 81 cursors 2 px into a waiting part showed the collective before, whose narrow
-    service part's point was a few px away and the span's own first point ~12 px (session 40)."""
+    LABEL_MIN_SPAN apart (~13 px from any x on a 1,175 px plot: within Plotly's 20 px). Without
+    them, on the 10^8-event DDP run's step, 32 of 81 cursors 2 px into a waiting part showed the
+    collective before, whose narrow service part's point was a few px away and the span's own first
+    point ~12 px (session 40)."""
     start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
     mid = (start + end) / 2
     return np.minimum(start + eps, mid), np.maximum(end - eps, mid)
@@ -215,13 +219,12 @@ def _hover_at(name, x, y, customdata, color, *, role, hollow: bool = False) -> d
     customdata (start and end at [2] and [3]). Role "bar": the whole spans (a point each, at the
     waiting part's middle), which must not share a row; "hover": more, at each span's start and a
     wide service part's end (_ends) and along long parts (_spread); "service": the narrow service
-    parts, at their end (_ends). ``hollow``: points on the hollow spans (their label is white, as a
-    role "bar" point's)."""
+    parts, at their end (_ends). ``hollow``: points on the hollow spans (their label is white)."""
     return {"type": "scatter", "mode": "none", "name": name, "x": x, "y": np.asarray(y, dtype=float),
             "customdata": customdata, "hovertemplate": COMM_HOVER, "showlegend": False, "legendgroup": name,
             # the label a bar of that fill would get: a hollow span's white, a service part's colour
             "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}}
-            if role == "bar" or hollow else {"bgcolor": color}, "meta": {"role": role}}
+            if hollow else {"bgcolor": color}, "meta": {"role": role}}
 
 
 def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
@@ -356,8 +359,8 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
         hollow = f"{name} waiting (hollow)"
         shapes.append(_rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
         out.append(_legend_only(hollow, HOLLOW, color, 1.5))
-        out.append(_hover_at(hollow, (s + svc_start) / 2, y, custom, color, role="bar"))
-        first, last = _ends(s, e, min_label_ms / 64)
+        out.append(_hover_at(hollow, (s + svc_start) / 2, y, custom, color, role="bar", hollow=True))
+        first, last = _ends(s, e, min_label_ms * HOVER_EDGE)
         x_more, more = _spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
         out.append(_hover_at(hollow, np.concatenate([first, x_more]), np.concatenate([y, y[more]]),
                              custom + [custom[i] for i in more], color, role="hover", hollow=True))
