@@ -431,8 +431,9 @@ if (!gd || !gd.data || !gd.data.length) return null;
 var out = [];
 gd.data.forEach(function (t) {
   var role = t.meta && t.meta.role;
-  if (t.type !== 'bar' && role === 'bar') {     // a collective's whole span: drawn by a shape, held by its hover points
-    for (var j = 0; j < t.y.length; j++) out.push([t.name, +t.y[j], +t.customdata[j][2], +t.customdata[j][3]]);
+  if (t.type !== 'bar' && role === 'bar') {     // a bar drawn by a shape, held by its hover points
+    var at = /forward|backward|optimizer/.test(t.name) ? 1 : 2;      // a compute bar's start, a collective's
+    for (var j = 0; j < t.y.length; j++) out.push([t.name, +t.y[j], +t.customdata[j][at], +t.customdata[j][at + 1]]);
     return;
   }
   if (t.type !== 'bar') return;
@@ -524,11 +525,19 @@ def test_replay_hovers_what_paths_draw(server, browser):
 # block tables arriving) with another time axis. Probes ``from`` .. ``from + count`` of them (one
 # script call stays well inside the driver's 120 s), and how many there are.
 HOVER_SWEEP_JS = r"""
-var gd = arguments[0], px = arguments[1], from = arguments[2], count = arguments[3], done = arguments[arguments.length - 1];
-var drag = gd.querySelector('.nsewdrag'), parts = [];
+var gd = arguments[0], px = arguments[1], from = arguments[2], count = arguments[3], every = arguments[4];
+var done = arguments[arguments.length - 1], drag = gd.querySelector('.nsewdrag'), parts = [];
+var isCompute = function (name) { return /forward|backward|optimizer/.test(name); };
 gd.data.forEach(function (t) {
   var role = t.meta && t.meta.role;
-  if (role === 'bar' && t.type === 'scatter') {
+  if (role === 'bar' && t.type === 'scatter' && isCompute(t.name)) {       // every bar a path (timeline.PATH_BARS)
+    for (var i = 0; i < t.y.length; i++) { var c = t.customdata[i]; parts.push([+t.y[i], c[1], c[2], t.name, 'compute ' + c[1]]); }
+  } else if (role === 'exposed' && t.customdata) {
+    for (var i = 0; i < t.y.length; i++) {
+      var c = t.customdata[i], a = t.type === 'bar' ? +t.base[i] : c[0];
+      parts.push([+t.y[i], a, t.type === 'bar' ? a + (+t.x[i]) : c[1], 'exposed', 'exposed ' + c[0]]);
+    }
+  } else if (role === 'bar' && t.type === 'scatter') {
     for (var i = 0; i < t.y.length; i++) {
       var c = t.customdata[i], svc = parseFloat(c[6]), v = c[3] - (svc >= 0 ? svc : 0);
       parts.push([+t.y[i], c[2], v, 'waiting', 'comm ' + c[2]], [+t.y[i], v, c[3], 'service', 'comm ' + c[2]]);
@@ -538,6 +547,7 @@ gd.data.forEach(function (t) {
   }
 });
 var probes = [];
+parts = parts.filter(function (p, i) { return i % every === 0; });
 parts.forEach(function (p) { [[px, 0], [0, 0.5], [-px, 1]].forEach(function (o) { probes.push([p, o, 0]); }); });
 var total = probes.length, out = [], i = 0;
 probes = probes.slice(from, from + count);
@@ -550,7 +560,8 @@ function next() {
   setTimeout(function () {
     var h = (gd._hoverdata || [])[0], got = null;
     if (h) got = !h.customdata ? 'no numbers: ' + h.data.name :
-                 /forward|backward|optimizer/.test(h.data.name) ? 'compute ' + h.customdata[1] : 'comm ' + h.customdata[2];
+                 isCompute(h.data.name) ? 'compute ' + h.customdata[1] :
+                 /exposed/.test(h.data.name) ? 'exposed ' + h.customdata[0] : 'comm ' + h.customdata[2];
     Plotly.Fx.unhover(gd);
     if (got !== p[4] && pr[2] < 2) { pr[2]++; setTimeout(next, 200); return; }   // a redraw under the probe: again
     out.push([p[3], p[4], got, x]);
@@ -564,37 +575,43 @@ next();
 
 @pytest.fixture(scope="module")
 def many_buckets(tmp_path_factory):
-    """A run whose buckets queue one behind another on each rank: each collective's
-    waiting part starts where the one before it ends, after a service part a few px wide (32 a step)."""
+    """Runs whose buckets queue one behind another on each rank: each collective's waiting part
+    starts where the one before it ends, after a service part a few px wide ("queued": 32 a step);
+    "wide": 200 a step on 4 ranks, 1,616 bars, so every bar is drawn in a path (timeline.PATH_BARS)."""
     from syncviz.dashboard.data.synth import write_synth_run
     root = tmp_path_factory.mktemp("dashq") / "runs"
     write_synth_run(root / "queued", world=2, steps=3, n_buckets=32, straggler=1, straggle_ms=6)
+    write_synth_run(root / "wide", world=4, steps=3, n_buckets=200, straggler=1, straggle_ms=6)
     with dash_server(root) as base:
         yield base
 
 
-@pytest.mark.parametrize("run", ["synth24", "ddp", "queued"])
+@pytest.mark.parametrize("run", ["synth24", "ddp", "queued", "wide"])
 def test_replay_hover_names_the_bar_under_the_cursor(server, many_buckets, browser, run):
-    """Near both ends and at the middle of every bar (compute, and each collective's waiting and
-    service parts, which the figure draws as bar traces or as paths with hover points, see
+    """Near both ends and at the middle of every bar (compute, exposed, and each collective's waiting
+    and service parts, which the figure draws as bar traces or as paths with hover points, see
     views/timeline.py), the hover gives that bar's numbers, not a neighbour's: synth24's rows are
-    dense, ddp's service parts are wide enough to be bar traces, and in "queued" each collective's
-    waiting part starts where the one before ends, after a narrow service part. Before each span had
-    a point just inside its start and end (timeline._ends), 16 of 285 probes there showed the
-    collective before (and 32 of 81 on the 10^8-event DDP run's step); the points along waiting
-    parts left out (timeline._spread giving none) fails it too."""
+    dense, ddp's service parts are wide enough to be bar traces, in "queued" each collective's
+    waiting part starts where the one before ends, after a narrow service part, and "wide" has every
+    bar in a path (every 7th bar of its 1,616 probed; its collectives wait for no peer). Before each span had a point just inside its
+    start and end (timeline._ends), 16 of 285 probes there showed the collective before (and 32 of 81
+    on the 10^8-event DDP run's step); the points along waiting parts left out (timeline._spread
+    giving none) fails it too."""
     from selenium.webdriver.common.by import By
-    base = many_buckets if run == "queued" else server[0]
+    base = many_buckets if run in ("queued", "wide") else server[0]
     browser.get(f"{base}/replay?run={run}")
     wait_for(lambda: shown_step(browser) == 1, f"{run} step 1 drawn", driver=browser)
     gd = browser.find_element(By.CSS_SELECTOR, ".timeline.front .js-plotly-plot")
+    bar_traces = browser.execute_script("return arguments[0].data.filter(t => t.type === 'bar' && t.y.length > 1).length", gd)
+    assert (bar_traces == 0) == (run == "wide"), bar_traces           # every bar in a path, or some bar traces
     browser.set_script_timeout(110)
     probes, at, total = [], 0, 1
     while at < total:
-        total, more = browser.execute_async_script(HOVER_SWEEP_JS, gd, 2, at, 150)
+        total, more = browser.execute_async_script(HOVER_SWEEP_JS, gd, 2, at, 150, 7 if run == "wide" else 1)
         probes, at = probes + more, at + 150
     kinds = {p[0] for p in probes}
-    assert {"waiting", "service", "forward", "backward compute"} <= kinds and len(probes) > 30, (kinds, len(probes))
+    need = {"service", "forward", "backward compute", "exposed"} | ({"waiting"} if run != "wide" else set())
+    assert need <= kinds and len(probes) > 30, (kinds, len(probes))       # "wide" waits for no peer
     wrong = [p for p in probes if p[2] != p[1]]
     assert not wrong, f"{len(wrong)} of {len(probes)} probes hovered another bar: {wrong[:6]}"
 

@@ -134,30 +134,37 @@ def test_hollow_spans_are_one_path_an_op(tmp_path):
     assert not [t for t in fig["data"] if t["type"] == "scatter" and t.get("mode") == "markers"]    # no marker per point
 
 
-@pytest.mark.parametrize("x_range", [None, 1e9])
-def test_every_span_is_hovered_just_inside_both_ends(tmp_path, x_range):
+@pytest.mark.parametrize("x_range,paths", [(None, False), (1e9, False), (None, True)])
+def test_every_span_is_hovered_just_inside_both_ends(tmp_path, monkeypatch, x_range, paths):
     """Each collective's hover points (SVG) lie inside its own span, and two of them lie within
     LABEL_MIN_SPAN × HOVER_EDGE of the axis inside its start and its end, so a cursor anywhere inside is
     nearer one of its own points than a neighbour's (the browser check: test_dashboard_browser's
-    test_replay_hover_names_the_bar_under_the_cursor). Both with service parts wide enough to be
-    bar traces (no x_range) and narrow ones in a path (x_range 1e9 ms). Between its ends no two of
-    a span's points are farther apart than 1.5 LABEL_MIN_SPAN of the axis (half a waiting part's
+    test_replay_hover_names_the_bar_under_the_cursor). With service parts wide enough to be bar traces
+    (no x_range), narrow ones in a path (x_range 1e9 ms), and every bar in a path (``paths``: above
+    PATH_BARS), where compute and exposed bars are held the same way. Between its ends no two of a
+    span's points are farther apart than 1.5 LABEL_MIN_SPAN of the axis (half a waiting part's
     spacing and a narrow service part): a cursor is then within ~13 px of one on a 1,175 px plot,
     inside Plotly's hover distance (20 px)."""
     from syncviz.views import timeline as VT
+    if paths:
+        monkeypatch.setattr(VT, "PATH_BARS", 0)
     run = load_run(make_ddp_run(tmp_path / "e", straggler=1, straggle_ms=3))
     ev_ = run.events[run.events["step"] == 1]
     comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
     fig = timeline_figure(comp, comm, exp, ranks=[0, 1], t0=step_origin(comp, comm), x_range=x_range)
     points: dict = {}
     for t in fig["data"]:
-        if t["type"] == "scatter" and t["meta"]["role"] in ("bar", "hover", "service"):
+        if t["type"] == "scatter" and t["meta"]["role"] in ("bar", "hover", "service", "exposed"):
+            at = (1, 2) if "forward" in t["name"] or "backward" in t["name"] or "optimizer" in t["name"] else \
+                 (0, 1) if "exposed" in t["name"] else (2, 3)
             for x, y, c in zip(t["x"], t["y"], t["customdata"]):
-                points.setdefault((float(y), float(c[2]), float(c[3])), []).append(float(x))
-    assert len(points) == 4                                          # 2 ranks × 2 buckets
+                points.setdefault((t["name"].split(" ")[0], float(y), float(c[at[0]]), float(c[at[1]])), []).append(float(x))
+    held = {k[0] for k in points}
+    assert sum(k[0] == "all_reduce" for k in points) == 4                       # 2 ranks × 2 buckets
+    assert held == ({"all_reduce", "forward", "backward", "optimizer", "exposed"} if paths else {"all_reduce"})
     span = x_range or VT._span_ms(comp[comp["rank"].isin([0, 1])], comm[comm["rank"].isin([0, 1])])
     eps, every = VT.LABEL_MIN_SPAN * span * VT.HOVER_EDGE, VT.LABEL_MIN_SPAN * span
-    for (_, start, end), xs in points.items():
+    for (_, _, start, end), xs in points.items():
         xs = sorted(xs)
         assert start <= xs[0] <= start + eps * 1.000001 and end - eps * 1.000001 <= xs[-1] <= end, (start, end, xs)
         assert max(np.diff(xs), default=0.0) <= 1.5 * every * 1.000001, (start, end, xs)
@@ -257,27 +264,42 @@ def test_sync_lateness_is_launch_lateness_on_ddp(tmp_path):
     pd.testing.assert_frame_equal(A.sync_lateness(run).drop(columns="label"), A.launch_lateness(run))
 
 
-def test_many_bars_are_drawn_with_webgl(tmp_path, monkeypatch):
-    """Above GL_BARS bars (a ZeRO-3 step of four ranks has ~3,200) the timeline draws WebGL segments
-    with hover points, as it does above GL_ROWS rows; below, SVG bars. The same rows either way."""
+def test_many_bars_are_drawn_as_paths_and_many_rows_with_webgl(tmp_path, monkeypatch):
+    """Above PATH_BARS bars (a ZeRO-3 step of four ranks has ~3,200) every bar is in a path, one per
+    op and kind (layout shapes), with a hover point just inside each bar's start (role "bar", or
+    "exposed") and more (role "hover"); no bar trace is left but the legend's. Above GL_ROWS rows
+    the timeline is WebGL segments with a hover point per bar. The same rows every way."""
     from syncviz.views import timeline as VT
-    run = load_run(make_ddp_run(tmp_path / "d"))
+    run = load_run(make_ddp_run(tmp_path / "d", straggler=1, straggle_ms=3))
     ev_ = run.events[run.events["step"] == 1]
     comp, comm, exp = A.compute_intervals(ev_), A.comm_metrics(ev_, kinds=S.COMM_KINDS), A.exposed_intervals(ev_)
     args = dict(ranks=[0, 1], t0=step_origin(comp, comm))
+    n_coll = len(VT.comm_bars(comm))
+    n_bars = len(comp) + len(exp) + 2 * n_coll          # what PATH_BARS counts: a collective is two bars
+    assert len(exp) and n_bars <= VT.PATH_BARS
     svg = timeline_figure(comp, comm, exp, **args)
-    # what GL_BARS counts: compute and exposed bars, and a collective's two (its span and its service)
-    n_bars = sum(len(t["x"]) for t in svg["data"] if t["meta"]["role"] in ("bar", "exposed", "service"))
-    assert {t["type"] for t in svg["data"]} <= {"bar", "scatter"} and n_bars <= VT.GL_BARS
-    monkeypatch.setattr(VT, "GL_BARS", n_bars - 1)
+    assert any(t["type"] == "bar" and len(t["x"]) > 1 for t in svg["data"])
+    monkeypatch.setattr(VT, "PATH_BARS", n_bars - 1)
+    paths = timeline_figure(comp, comm, exp, **args)
+    assert {t["type"] for t in paths["data"]} == {"bar", "scatter"}
+    assert all(t["meta"]["role"] == "legend" and t["x"] == [None] for t in paths["data"] if t["type"] == "bar")
+    drawn = {}
+    for sh in paths["layout"]["shapes"]:
+        drawn[sh["name"]] = drawn.get(sh["name"], 0) + sh["path"].count("Z")
+    assert drawn["exposed comm (no compute)"] == len(exp)
+    assert sum(drawn[k] for k in ("forward", "backward compute", "optimizer") if k in drawn) == len(comp)
+    assert drawn["all_reduce waiting (hollow)"] == drawn["all_reduce"] == n_coll
+    first = {r: sum(len(t["x"]) for t in paths["data"] if t["meta"]["role"] == r) for r in ("bar", "exposed")}
+    assert first == {"bar": len(comp) + n_coll, "exposed": len(exp)}
+    assert paths["layout"]["meta"]["rows"] == svg["layout"]["meta"]["rows"]
+    monkeypatch.setattr(VT, "PATH_BARS", n_bars)
+    assert any(t["type"] == "bar" and len(t["x"]) > 1 for t in timeline_figure(comp, comm, exp, **args)["data"])
+    monkeypatch.setattr(VT, "GL_ROWS", len(svg["layout"]["meta"]["rows"]) - 1)
     gl = timeline_figure(comp, comm, exp, **args)
-    assert {t["type"] for t in gl["data"]} == {"scattergl"}
+    assert {t["type"] for t in gl["data"]} == {"scattergl"} and "shapes" not in gl["layout"]
     assert gl["layout"]["meta"]["rows"] == svg["layout"]["meta"]["rows"]
     hover = [t for t in gl["data"] if t["meta"]["role"] == "hover"]
-    # one hover point per compute bar and per collective (its hollow and solid bars are one)
-    assert sum(len(t["x"]) for t in hover) == sum(len(t["x"]) for t in svg["data"] if t["meta"]["role"] == "bar")
-    monkeypatch.setattr(VT, "GL_BARS", n_bars)
-    assert {t["type"] for t in timeline_figure(comp, comm, exp, **args)["data"]} <= {"bar", "scatter"}
+    assert sum(len(t["x"]) for t in hover) == len(comp) + n_coll      # one per compute bar and collective
 
 
 def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():

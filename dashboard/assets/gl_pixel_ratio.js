@@ -1,4 +1,4 @@
-// WebGL plots (the Replay's timeline of a big step: views/timeline.py GL_BARS) drawn at the
+// WebGL plots (the Replay's timeline of many rows: views/timeline.py GL_ROWS) drawn at the
 // screen's own pixel ratio, not Plotly's default of 2 (config plotGlPixelRatio). At 2 a screen of
 // ratio 1 gets four times the pixels drawn and scaled down. In headless Chromium, which draws WebGL
 // in software, redrawing the 1,024-rank ZeRO-3 step's timeline (benchmarks/scale.py's 10^8-event

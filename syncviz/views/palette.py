@@ -17,6 +17,7 @@ PHASE = {"forward": SKY, "backward": BLUE, "optimizer": YELLOW, "other": LIGHT_G
 OP = {"all_reduce": GREEN, "reduce_scatter": PURPLE, "all_gather": ORANGE, "broadcast": GREY,
       "reduce": GREY, "all_to_all": GREY, "barrier": BLACK, "send": GREY, "recv": GREY}
 EXPOSED = VERMILLION
+EXPOSED_TINT = "rgba(213,94,0,0.3)"      # exposed comm where it cannot be hatched (the timeline's paths)
 READY = BLACK
 # Split of a step's time (Ratios, Distributed, Strategies): the same meaning, the same colour.
 SPLIT = {"compute only": BLUE, "overlapped comm": GREEN, "exposed comm": EXPOSED,

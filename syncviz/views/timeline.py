@@ -10,9 +10,10 @@ end and duration in ms since the step's first event.
 
 Figures are dicts, not plotly.graph_objects: building a validated go.Figure of a 64-rank step costs
 more than analysing the step, and the slider must redraw within 200 ms of server time. Up to
-GL_ROWS rows and GL_BARS bars are drawn in SVG, as bar traces and, where Plotly would style many bars
-one by one, as one path per op and kind (layout shapes) with hover points where a bar would hover
-(hover anywhere on a bar either way); more as WebGL line segments with one hover point per bar.
+GL_ROWS rows the timeline is SVG: up to PATH_BARS bars as bar traces and, where Plotly would style
+many bars one by one, as one path per op and kind (layout shapes) with hover points where a bar would
+hover; above PATH_BARS every bar is in such a path (hover anywhere on a bar either way). Above GL_ROWS
+rows, WebGL line segments with one hover point per bar.
 """
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ from syncviz.trace import schema as S
 from syncviz.views import palette as P
 
 GL_ROWS = 160
-# A ZeRO-3 step of the four ranks the Replay draws of a 1,024-rank run (benchmarks/scale.py's 10^8
-# run) is ~3,200 bars: as SVG each redraw took 500-580 ms in headless Chromium, as WebGL segments
-# 54-63 ms after a first draw of ~0.6 s (session 10, /tmp timing script); a DDP step of 64 buckets
-# on 4 ranks is ~600 bars and stays SVG.
-GL_BARS = 1500
+# Above this many bars every bar is a path, not only the hollow spans and narrow service parts: a
+# ZeRO-3 step of the four ranks the Replay draws of a 1,024-rank run (benchmarks/scale.py's 10^8 run)
+# is ~3,200 bars (as bar traces each redraw took 500-580 ms in headless Chromium, session 10). Until
+# session 41 those were WebGL segments, whose paint in software (no GPU) made a jump 253 and 279 ms
+# key press to painted; every bar a path, alternated with them in one period: 215, 214 and 228 ms
+# (benchmarks/dashboard.py --moves 24, medians; the page's redraw ~85-100 ms, ~70 of it Plotly reading
+# the paths). A DDP step of 64 buckets on 4 ranks is ~600 bars and keeps its bar traces.
+PATH_BARS = 1500
 BAND = 0.7            # bar thickness, in rows
 HOLLOW = "rgba(255,255,255,0.9)"
 # A bucket's service bar is labelled ("b12") only where it spans this share of the time axis, ~15 px
@@ -153,10 +157,10 @@ def _hover_points(name, x, y, customdata, hover):
 # in headless Chromium, Plotly.react + the next frame (/tmp/exp/variants.py, the page's own figures):
 # 108.6 ms as bar and marker traces, 73.5 ms with the spans and marks as paths, 60.7 ms with tick labels
 # not measured for overflow (ticklabeloverflow "allow", below), 44.5 ms with the narrow service parts
-# as paths too (session 39). Hover stays anywhere on a bar: a wide service part is a bar trace; a
-# narrow one (~15 px at most) has a point at its end, a waiting part one every LABEL_MIN_SPAN of the
-# axis, and each span one just inside its start and end (_ends), which Plotly's hover distance (20 px)
-# reaches from anywhere on the bar.
+# as paths too (session 39); above PATH_BARS every bar (session 41). Hover stays anywhere on a bar: a
+# wide service part is a bar trace; every part drawn in a path has a point just inside its start and
+# its end (_ends) and one every LABEL_MIN_SPAN of the axis between (_spread), which Plotly's hover
+# distance (20 px) reaches from anywhere on the bar.
 def _nums(values) -> map:
     """Numbers as path text, each the shortest that reads back exactly (repr): a path's bars keep the
     times the tests compare."""
@@ -214,17 +218,31 @@ def _ends(start: np.ndarray, end: np.ndarray, eps: float) -> tuple[np.ndarray, n
     return np.minimum(start + eps, mid), np.maximum(end - eps, mid)
 
 
-def _hover_at(name, x, y, customdata, color, *, role, hollow: bool = False) -> dict:
+def _hover_at(name, x, y, customdata, color, *, role, hollow: bool = False, template: str = COMM_HOVER) -> dict:
     """Hover points (drawn as nothing: mode "none") at ``x`` for bars a shape draws, with their
-    customdata (start and end at [2] and [3]). Role "bar": the whole spans (a point each, at the
-    waiting part's middle), which must not share a row; "hover": more, at each span's start and a
-    wide service part's end (_ends) and along long parts (_spread); "service": the narrow service
-    parts, at their end (_ends). ``hollow``: points on the hollow spans (their label is white)."""
+    customdata (a collective's start and end at [2] and [3], a compute bar's at [1] and [2]). Role
+    "bar" (compute, or a collective's whole span) and "exposed": a point each, just inside its start
+    (_ends); these bars never share a row; "hover": more, at a wide service part's or compute bar's
+    end (_ends) and along long parts (_spread); "service": the service parts that are paths, at
+    their end and along them. ``hollow``: points on the hollow spans (their label is white)."""
     return {"type": "scatter", "mode": "none", "name": name, "x": x, "y": np.asarray(y, dtype=float),
-            "customdata": customdata, "hovertemplate": COMM_HOVER, "showlegend": False, "legendgroup": name,
+            "customdata": customdata, "hovertemplate": template, "showlegend": False, "legendgroup": name,
             # the label a bar of that fill would get: a hollow span's white, a service part's colour
             "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}}
             if hollow else {"bgcolor": color}, "meta": {"role": role}}
+
+
+def _path_bars(name, y, start, end, fill, line, width, custom, template, every, shapes, *, role) -> list[dict]:
+    """Bars as one path (appended to ``shapes``), their legend entry, and their hover points: one
+    a bar just inside its start (``role``), then just inside its end and along it (role "hover"),
+    ``every`` ms of the axis apart at most (LABEL_MIN_SPAN; see _ends)."""
+    shapes.append(_rect_path(name, y, start, end, fill, line, width))
+    first, last = _ends(start, end, every * HOVER_EDGE)
+    x_more, more = _spread(start, end, every)
+    return [_legend_only(name, fill, line, width),
+            _hover_at(name, first, y, custom, line, role=role, template=template),
+            _hover_at(name, np.concatenate([last, x_more]), np.concatenate([y, y[more]]), custom + [custom[i] for i in more],
+                      line, role="hover", template=template)]
 
 
 def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
@@ -246,7 +264,9 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     n_rows = len(rows.names)
     comp = compute[compute["rank"].isin(shown)]
     ex = exposed[exposed["rank"].isin(shown)]
-    gl = n_rows > GL_ROWS or len(comp) + len(ex) + 2 * len(bars) > GL_BARS    # a comm bar is two: hollow and solid
+    gl = n_rows > GL_ROWS
+    paths = not gl and len(comp) + len(ex) + 2 * len(bars) > PATH_BARS    # a comm bar is two: hollow and solid
+    every = LABEL_MIN_SPAN * (x_range or _span_ms(comp, bars))            # hover points at most this far apart
     px_row = 26 if not gl else max(2.0, min(14.0, 900.0 / max(1, n_rows)))
     width_px = max(1.0, px_row * BAND)
     data: list[dict] = []
@@ -264,6 +284,9 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
         if gl:
             data.append(_segments(label, y, s, e, P.PHASE[kind], width_px, role="bar"))
             data.append(_hover_points(label, (s + e) / 2, y, custom, COMPUTE_HOVER))
+        elif paths:
+            data += _path_bars(label, y, s, e, P.PHASE[kind], P.PHASE[kind], 0, custom, COMPUTE_HOVER, every, shapes,
+                               role="bar")
         else:
             data.append(_bars(label, y, s, e, P.PHASE[kind], role="bar", customdata=custom, hover=COMPUTE_HOVER))
 
@@ -274,6 +297,9 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
         name = "exposed comm (no compute)"
         if gl:
             data.append(_segments(name, y, s, e, P.EXPOSED, width_px, role="exposed"))
+        elif paths:      # a layout shape has no fill pattern: the hatch is a tint
+            data += _path_bars(name, y, s, e, P.EXPOSED_TINT, P.EXPOSED, 1.5, custom, EXPOSED_HOVER, every, shapes,
+                               role="exposed")
         else:
             data.append(_bars(name, y, s, e, "rgba(0,0,0,0)", role="exposed", customdata=custom, hover=EXPOSED_HOVER,
                               pattern={"shape": "/", "fgcolor": P.EXPOSED, "bgcolor": "rgba(0,0,0,0)",
@@ -281,8 +307,7 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
                               line={"width": 1.5, "color": P.EXPOSED}))
 
     if len(bars):
-        span = x_range or _span_ms(comp, bars)
-        data += _comm_traces(bars, rows, t0, params, gl, width_px, LABEL_MIN_SPAN * span, shapes)
+        data += _comm_traces(bars, rows, t0, params, gl, width_px, every, shapes, paths)
 
     height = int(min(max_height, 130 + n_rows * px_row))
     dense = gl or (height - 130) / max(1, n_rows) < 11      # row labels would print over each other
@@ -320,12 +345,13 @@ def _span_ms(comp: pd.DataFrame, bars: pd.DataFrame) -> float:
 
 
 def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float,
-                 min_label_ms: float, shapes: list[dict]) -> list[dict]:
+                 min_label_ms: float, shapes: list[dict], paths: bool = False) -> list[dict]:
     """Per op: the hollow whole span (role "bar": these never overlap within a row), the solid
     service part inside it, and in SVG the gradient-ready marks. A service part at least
-    ``min_label_ms`` long (LABEL_MIN_SPAN of the axis) is a bar, labelled with its bucket's number;
-    in SVG the hollow spans, the narrower service parts and the marks are appended to ``shapes``
-    (layout shapes, see _rect_path), each with hover points where a bar trace would hover."""
+    ``min_label_ms`` long (LABEL_MIN_SPAN of the axis) is a bar, labelled with its bucket's number,
+    unless ``paths`` (every bar a path: timeline_figure); in SVG the hollow spans, the other service
+    parts and the marks are appended to ``shapes`` (layout shapes, see _rect_path), each with hover
+    points where a bar trace would hover."""
     out = []
     y_all = bars["rank"].map(rows.comm_y0).to_numpy() + bars["lane"].to_numpy()
     for op, idx in bars.groupby(bars["op"].astype(str), sort=True).indices.items():
@@ -355,15 +381,14 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             out.append(_segments(name, y, svc_start, e, color, width_px, role="service"))
             out.append(_hover_points(name, (s + e) / 2, y, custom, COMM_HOVER))
             continue
-        wide = e - svc_start >= min_label_ms
+        wide = (e - svc_start >= min_label_ms) & (not paths)
         hollow = f"{name} waiting (hollow)"
         shapes.append(_rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
         out.append(_legend_only(hollow, HOLLOW, color, 1.5))
-        out.append(_hover_at(hollow, (s + svc_start) / 2, y, custom, color, role="bar", hollow=True))
         first, last = _ends(s, e, min_label_ms * HOVER_EDGE)
+        out.append(_hover_at(hollow, first, y, custom, color, role="bar", hollow=True))
         x_more, more = _spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
-        out.append(_hover_at(hollow, np.concatenate([first, x_more]), np.concatenate([y, y[more]]),
-                             custom + [custom[i] for i in more], color, role="hover", hollow=True))
+        out.append(_hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover", hollow=True))
         # the service parts: wide ones a bar trace (hover anywhere, a label), narrow ones one path
         w, n = np.flatnonzero(wide), np.flatnonzero(~wide)
         if len(w):
@@ -380,7 +405,10 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             out.append(_legend_only(name, color, color, 0.5))
         if len(n):
             shapes.append(_rect_path(name, y[n], svc_start[n], e[n], color, color, 0.5))
-            out.append(_hover_at(name, last[n], y[n], [custom[i] for i in n], color, role="service"))
+            x_svc, along = _spread(svc_start[n], e[n], min_label_ms)      # along service parts too wide for one
+            at = np.concatenate([n, n[along]])
+            out.append(_hover_at(name, np.concatenate([last[n], x_svc]), y[at], [custom[i] for i in at], color,
+                                 role="service"))
         has_ready = np.isfinite(ready)
         if has_ready.any():
             shapes.append(_ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))
