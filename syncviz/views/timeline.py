@@ -28,10 +28,11 @@ GL_ROWS = 160
 # Above this many bars every bar is a path, not only the hollow spans and narrow service parts: a
 # ZeRO-3 step of the four ranks the Replay draws of a 1,024-rank run (benchmarks/scale.py's 10^8 run)
 # is ~3,200 bars (as bar traces each redraw took 500-580 ms in headless Chromium, session 10). Until
-# session 41 those were WebGL segments, whose paint in software (no GPU) made a jump 253 and 279 ms
-# key press to painted; every bar a path, alternated with them in one period: 215, 214 and 228 ms
-# (benchmarks/dashboard.py --moves 24, medians; the page's redraw ~85-100 ms, ~70 of it Plotly reading
-# the paths). A DDP step of 64 buckets on 4 ranks is ~600 bars and keeps its bar traces.
+# session 41 those were WebGL segments, which this machine's browser paints in software (no GPU): a
+# jump key press to painted 230-339 ms (median 262, 12 runs); every bar a path, alternated with them:
+# 214-338 ms (median 238, 13 runs; benchmarks/dashboard.py --moves 24, each run's median; the page's
+# redraw ~85-100 ms, ~60-70 of it Plotly reading the paths), and the first open ~0.35 s sooner. A DDP
+# step of 64 buckets on 4 ranks is ~600 bars and keeps its bar traces.
 PATH_BARS = 1500
 BAND = 0.7            # bar thickness, in rows
 HOLLOW = "rgba(255,255,255,0.9)"
@@ -391,7 +392,8 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
         first, last = _ends(s, e, min_label_ms * HOVER_EDGE)
         out.append(_hover_at(hollow, first, y, custom, color, role="bar", hollow=True))
         x_more, more = _spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
-        out.append(_hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover", hollow=True))
+        if len(more):
+            out.append(_hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover", hollow=True))
         # the service parts: wide ones a bar trace (hover anywhere, a label), narrow ones one path
         w, n = np.flatnonzero(wide), np.flatnonzero(~wide)
         if len(w):
