@@ -594,8 +594,8 @@ def test_replay_hover_names_the_bar_under_the_cursor(server, many_buckets, brows
     dense, ddp's service parts are wide enough to be bar traces, in "queued" each collective's
     waiting part starts where the one before ends, after a narrow service part, and "wide" has every
     bar in a path (every 7th bar of its 1,616 probed; its collectives wait for no peer). Before each span had a point just inside its
-    start and end (timeline._ends), 16 of 285 probes there showed the collective before (and 32 of 81
-    on the 10^8-event DDP run's step); the points along waiting parts left out (timeline._spread
+    start and end (timeline_marks.ends), 16 of 285 probes there showed the collective before (and 32 of 81
+    on the 10^8-event DDP run's step); the points along waiting parts left out (timeline_marks.spread
     giving none) fails it too."""
     from selenium.webdriver.common.by import By
     base = many_buckets if run in ("queued", "wide") else server[0]

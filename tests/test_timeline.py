@@ -75,7 +75,7 @@ def bars_by_row(fig) -> dict:
 
 
 def shape_spans(shape) -> list[tuple[float, float, float]]:
-    """(row, start, end) of each bar of a layout shape drawn by views.timeline._rect_path."""
+    """(row, start, end) of each bar of a layout shape drawn by views.timeline_marks.rect_path."""
     import re
     from syncviz.views.timeline import BAND
     out = []

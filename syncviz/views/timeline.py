@@ -23,6 +23,8 @@ import pandas as pd
 from syncviz.analysis.timeline import collective_parts
 from syncviz.trace import schema as S
 from syncviz.views import palette as P
+from syncviz.views.timeline_marks import (BAND, COMM_HOVER, COMPUTE_HOVER, EXPOSED_HOVER, HOVER_EDGE, ends, hover_at,
+                                          legend_only, path_bars, ready_ticks, rect_path, spread)
 
 GL_ROWS = 160
 # Above this many bars every bar is a path, not only the hollow spans and narrow service parts: a
@@ -34,7 +36,6 @@ GL_ROWS = 160
 # redraw ~85-100 ms, ~60-70 of it Plotly reading the paths), and the first open ~0.35 s sooner. A DDP
 # step of 64 buckets on 4 ranks is ~600 bars and keeps its bar traces.
 PATH_BARS = 1500
-BAND = 0.7            # bar thickness, in rows
 HOLLOW = "rgba(255,255,255,0.9)"
 # A bucket's service bar is labelled ("b12") only where it spans this share of the time axis, ~15 px
 # of a 1,000 px plot: Plotly shrinks a label to fit its bar, so on narrower bars it is unreadable,
@@ -42,20 +43,7 @@ HOLLOW = "rgba(255,255,255,0.9)"
 # bars, none that wide): Plotly.react + the next frame 138-147 ms with every label, 84-100 ms with
 # these (none), in headless Chromium (session 34, /tmp script redrawing the page's own figures).
 LABEL_MIN_SPAN = 0.015
-# How far inside each end of a span its first and last hover points lie (_ends), as a share of
-# LABEL_MIN_SPAN: ~0.3 px of a 1,175 px plot, so no cursor inside the span is nearer a neighbour's point.
-HOVER_EDGE = 1 / 64
 MAX_HEIGHT = 1100     # px: the figure scrolls inside itself beyond this, the page does not grow
-
-COMM_HOVER = ("<b>%{customdata[0]}</b> · %{customdata[1]}<br>"
-              "start %{customdata[2]:.3f} ms · end %{customdata[3]:.3f} ms · duration %{customdata[4]:.3f} ms<br>"
-              "waiting %{customdata[5]} · service %{customdata[6]}<br>"
-              "gradients ready %{customdata[7]} · launch delay %{customdata[8]}<br>"
-              "busbw %{customdata[9]} · exposed %{customdata[10]:.3f} ms<br>%{customdata[11]}<extra></extra>")
-COMPUTE_HOVER = ("<b>%{customdata[0]}</b> · %{customdata[4]}<br>"
-                 "start %{customdata[1]:.3f} ms · end %{customdata[2]:.3f} ms · duration %{customdata[3]:.3f} ms<extra></extra>")
-EXPOSED_HOVER = ("<b>exposed communication</b> · %{customdata[3]}<br>nobody on this rank computes while a collective runs<br>"
-                 "start %{customdata[0]:.3f} ms · end %{customdata[1]:.3f} ms · duration %{customdata[2]:.3f} ms<extra></extra>")
 
 
 def _ms(ns, t0) -> np.ndarray:
@@ -154,101 +142,6 @@ def _hover_points(name, x, y, customdata, hover):
             "meta": {"role": "hover"}}
 
 
-# In SVG, each collective's hollow whole span, its service part where that is narrow (under
-# LABEL_MIN_SPAN of the axis) and the gradient-ready marks are layout shapes, one SVG path per op
-# and kind, not bar or marker traces: Plotly styles a trace's bars and markers one by one (two colour
-# parses each), which was most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484 collectives)
-# in headless Chromium, Plotly.react + the next frame (/tmp/exp/variants.py, the page's own figures):
-# 108.6 ms as bar and marker traces, 73.5 ms with the spans and marks as paths, 60.7 ms with tick labels
-# not measured for overflow (ticklabeloverflow "allow", below), 44.5 ms with the narrow service parts
-# as paths too (session 39); above PATH_BARS every bar (session 41). Hover stays anywhere on a bar: a
-# wide service part is a bar trace; every part drawn in a path has a point just inside its start and
-# its end (_ends) and one every LABEL_MIN_SPAN of the axis between (_spread), which Plotly's hover
-# distance (20 px) reaches from anywhere on the bar.
-def _nums(values) -> map:
-    """Numbers as path text, each the shortest that reads back exactly (repr): a path's bars keep the
-    times the tests compare."""
-    return map(repr, np.asarray(values, dtype=float).tolist())
-
-
-def _rect_path(name, y, start, end, fill, line, width) -> dict:
-    """Bars from ``start`` to ``end`` on rows ``y`` as one SVG path (a layout shape, drawn between
-    the grid and the traces, as a bar trace is); its legend entry is _legend_only's."""
-    y = np.asarray(y, dtype=float)
-    path = "".join(f"M{a},{y0}H{b}V{y1}H{a}Z"
-                   for a, y0, b, y1 in zip(_nums(start), _nums(y - BAND / 2), _nums(end), _nums(y + BAND / 2)))
-    return {"type": "path", "path": path, "layer": "between", "fillcolor": fill,
-            "line": {"width": width, "color": line}, "name": name, "legendgroup": name}
-
-
-def _legend_only(name, fill, line, width) -> dict:
-    """A bar trace with no bar: the legend entry (a bar's swatch) of a shape's bars; clicking it
-    hides its legendgroup, shapes included."""
-    return {"type": "bar", "orientation": "h", "name": name, "x": [None], "y": [None], "legendgroup": name,
-            "hoverinfo": "skip", "marker": {"color": fill, "line": {"width": width, "color": line}},
-            "meta": {"role": "legend"}}
-
-
-def _ready_ticks(x, y_top) -> dict:
-    """The gradient-ready marks: a short tick above the bar at each time (one path; zoom keeps a
-    vertical tick a tick, where a triangle in data units would stretch). The bar's hover gives the time."""
-    y_top = np.asarray(y_top, dtype=float)
-    path = "".join(f"M{a},{y0}V{y1}" for a, y0, y1 in zip(_nums(x), _nums(y_top - 0.25), _nums(y_top)))
-    return {"type": "path", "path": path, "layer": "above", "line": {"width": 1.5, "color": P.READY},
-            "name": "gradients ready"}
-
-
-def _spread(start: np.ndarray, end: np.ndarray, every: float) -> tuple[np.ndarray, np.ndarray]:
-    """Hover points along the parts [start, end) longer than ``every``: (x, index of the part), at
-    most ``every`` apart, so that one is within hover distance of any point of the part."""
-    width = np.asarray(end, dtype=float) - np.asarray(start, dtype=float)
-    k = np.where(width > every, np.ceil(width / every) if every > 0 else 1, 0).astype(np.int64)
-    idx = np.repeat(np.arange(len(k)), k)
-    j = np.arange(len(idx)) - np.repeat(np.cumsum(k) - k, k)          # 0..k-1 within each part
-    return np.asarray(start, dtype=float)[idx] + (j + 0.5) * width[idx] / k[idx], idx
-
-
-def _ends(start: np.ndarray, end: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Where a collective's span [start, end] gets its first and last hover points: ``eps`` inside
-    each end (at its middle when it is shorter than 2 ``eps``). Plotly hovers the point nearest the
-    cursor, and a neighbour's point is outside the span: with a point this near each end, a cursor
-    anywhere inside is nearer one of the span's own points, which _spread keeps at most 1.5
-    LABEL_MIN_SPAN apart (~13 px from any x on a 1,175 px plot: within Plotly's 20 px). Without
-    them, on the 10^8-event DDP run's step, 32 of 81 cursors 2 px into a waiting part showed the
-    collective before, whose narrow service part's point was a few px away and the span's own first
-    point ~12 px (session 40)."""
-    start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
-    mid = (start + end) / 2
-    return np.minimum(start + eps, mid), np.maximum(end - eps, mid)
-
-
-def _hover_at(name, x, y, customdata, color, *, role, hollow: bool = False, template: str = COMM_HOVER) -> dict:
-    """Hover points (drawn as nothing: mode "none") at ``x`` for bars a shape draws, with their
-    customdata (a collective's start and end at [2] and [3], a compute bar's at [1] and [2]). Role
-    "bar" (compute, or a collective's whole span) and "exposed": a point each, just inside its start
-    (_ends); these bars never share a row; "hover": more, at a wide service part's or compute bar's
-    end (_ends) and along long parts (_spread); "service": the service parts that are paths, at
-    their end and along them. ``hollow``: points on the hollow spans (their label is white)."""
-    return {"type": "scatter", "mode": "none", "name": name, "x": x, "y": np.asarray(y, dtype=float),
-            "customdata": customdata, "hovertemplate": template, "showlegend": False, "legendgroup": name,
-            # the label a bar of that fill would get: a hollow span's white, a service part's colour
-            "hoverlabel": {"bgcolor": "white", "bordercolor": color, "font": {"color": "black"}}
-            if hollow else {"bgcolor": color}, "meta": {"role": role}}
-
-
-def _path_bars(name, y, start, end, fill, line, width, custom, template, every, shapes, *, role) -> list[dict]:
-    """Bars as one path (appended to ``shapes``), their legend entry, and their hover points: one
-    a bar just inside its start (``role``), then just inside its end and along it (role "hover"),
-    ``every`` ms of the axis apart at most (LABEL_MIN_SPAN; see _ends)."""
-    shapes.append(_rect_path(name, y, start, end, fill, line, width))
-    first, last = _ends(start, end, every * HOVER_EDGE)
-    x_more, more = _spread(start, end, every)
-    return [_legend_only(name, fill, line, width),
-            _hover_at(name, first, y, custom, line, role=role, template=template),
-            _hover_at(name, np.concatenate([last, x_more]), np.concatenate([y, y[more]]), custom + [custom[i] for i in more],
-                      line, role="hover", template=template)]
-
-
 def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataFrame, *, ranks: list[int],
                     labels: dict[int, str] | None = None, t0: int, title: str = "", params: dict | None = None,
                     x_range: float | None = None, max_height: int = MAX_HEIGHT) -> dict:
@@ -289,7 +182,7 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
             data.append(_segments(label, y, s, e, P.PHASE[kind], width_px, role="bar"))
             data.append(_hover_points(label, (s + e) / 2, y, custom, COMPUTE_HOVER))
         elif paths:
-            data += _path_bars(label, y, s, e, P.PHASE[kind], P.PHASE[kind], 0, custom, COMPUTE_HOVER, every, shapes,
+            data += path_bars(label, y, s, e, P.PHASE[kind], P.PHASE[kind], 0, custom, COMPUTE_HOVER, every, shapes,
                                role="bar")
         else:
             data.append(_bars(label, y, s, e, P.PHASE[kind], role="bar", customdata=custom, hover=COMPUTE_HOVER))
@@ -302,7 +195,7 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
         if gl:
             data.append(_segments(name, y, s, e, P.EXPOSED, width_px, role="exposed"))
         elif paths:      # a layout shape has no fill pattern: the hatch is a tint
-            data += _path_bars(name, y, s, e, P.EXPOSED_TINT, P.EXPOSED, 1.5, custom, EXPOSED_HOVER, every, shapes,
+            data += path_bars(name, y, s, e, P.EXPOSED_TINT, P.EXPOSED, 1.5, custom, EXPOSED_HOVER, every, shapes,
                                role="exposed")
         else:
             data.append(_bars(name, y, s, e, "rgba(0,0,0,0)", role="exposed", customdata=custom, hover=EXPOSED_HOVER,
@@ -354,7 +247,7 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
     service part inside it, and in SVG the gradient-ready marks. A service part at least
     ``min_label_ms`` long (LABEL_MIN_SPAN of the axis) is a bar, labelled with its bucket's number,
     unless ``paths`` (every bar a path: timeline_figure); in SVG the hollow spans, the other service
-    parts and the marks are appended to ``shapes`` (layout shapes, see _rect_path), each with hover
+    parts and the marks are appended to ``shapes`` (layout shapes, see rect_path), each with hover
     points where a bar trace would hover."""
     out = []
     y_all = bars["rank"].map(rows.comm_y0).to_numpy() + bars["lane"].to_numpy()
@@ -387,13 +280,13 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             continue
         wide = (e - svc_start >= min_label_ms) & (not paths)
         hollow = f"{name} waiting (hollow)"
-        shapes.append(_rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
-        out.append(_legend_only(hollow, HOLLOW, color, 1.5))
-        first, last = _ends(s, e, min_label_ms * HOVER_EDGE)
-        out.append(_hover_at(hollow, first, y, custom, color, role="bar", hollow=True))
-        x_more, more = _spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
+        shapes.append(rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
+        out.append(legend_only(hollow, HOLLOW, color, 1.5))
+        first, last = ends(s, e, min_label_ms * HOVER_EDGE)
+        out.append(hover_at(hollow, first, y, custom, color, role="bar", hollow=True))
+        x_more, more = spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
         if len(more):
-            out.append(_hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover", hollow=True))
+            out.append(hover_at(hollow, x_more, y[more], [custom[i] for i in more], color, role="hover", hollow=True))
         # the service parts: wide ones a bar trace (hover anywhere, a label), narrow ones one path
         w, n = np.flatnonzero(wide), np.flatnonzero(~wide)
         if len(w):
@@ -402,19 +295,19 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
                              hover=COMM_HOVER, text=label, line={"width": 0.5, "color": color}))
             # inside a bar Plotly's hover distance is ~19 px: a neighbour's point nearer than that would
             # win, so a wide service part has its own points along it and at its end too
-            x_wide, along = _spread(svc_start[w], e[w], min_label_ms)
+            x_wide, along = spread(svc_start[w], e[w], min_label_ms)
             at = np.concatenate([w, w[along]])
-            out.append(_hover_at(name, np.concatenate([last[w], x_wide]), y[at], [custom[i] for i in at], color,
+            out.append(hover_at(name, np.concatenate([last[w], x_wide]), y[at], [custom[i] for i in at], color,
                                  role="hover"))
         else:
-            out.append(_legend_only(name, color, color, 0.5))
+            out.append(legend_only(name, color, color, 0.5))
         if len(n):
-            shapes.append(_rect_path(name, y[n], svc_start[n], e[n], color, color, 0.5))
-            x_svc, along = _spread(svc_start[n], e[n], min_label_ms)      # along service parts too wide for one
+            shapes.append(rect_path(name, y[n], svc_start[n], e[n], color, color, 0.5))
+            x_svc, along = spread(svc_start[n], e[n], min_label_ms)      # along service parts too wide for one
             at = np.concatenate([n, n[along]])
-            out.append(_hover_at(name, np.concatenate([last[n], x_svc]), y[at], [custom[i] for i in at], color,
+            out.append(hover_at(name, np.concatenate([last[n], x_svc]), y[at], [custom[i] for i in at], color,
                                  role="service"))
         has_ready = np.isfinite(ready)
         if has_ready.any():
-            shapes.append(_ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))
+            shapes.append(ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))
     return out
