@@ -8,6 +8,8 @@ one meaning only, exposed communication (time nobody computes while the collecti
 """
 from __future__ import annotations
 
+from plotly.colors import hex_to_rgb
+
 BLACK, ORANGE, SKY, GREEN, YELLOW, BLUE, VERMILLION, PURPLE = (
     "#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
 GREY = "#999999"
@@ -17,7 +19,7 @@ PHASE = {"forward": SKY, "backward": BLUE, "optimizer": YELLOW, "other": LIGHT_G
 OP = {"all_reduce": GREEN, "reduce_scatter": PURPLE, "all_gather": ORANGE, "broadcast": GREY,
       "reduce": GREY, "all_to_all": GREY, "barrier": BLACK, "send": GREY, "recv": GREY}
 EXPOSED = VERMILLION
-EXPOSED_TINT = "rgba(213,94,0,0.3)"      # exposed comm where it cannot be hatched (the timeline's paths)
+EXPOSED_TINT = "rgba({},{},{},0.3)".format(*hex_to_rgb(EXPOSED))   # exposed comm where it cannot be hatched (timeline paths)
 READY = BLACK
 # Split of a step's time (Ratios, Distributed, Strategies): the same meaning, the same colour.
 SPLIT = {"compute only": BLUE, "overlapped comm": GREEN, "exposed comm": EXPOSED,

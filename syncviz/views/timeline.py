@@ -23,8 +23,8 @@ import pandas as pd
 from syncviz.analysis.timeline import collective_parts
 from syncviz.trace import schema as S
 from syncviz.views import palette as P
-from syncviz.views.timeline_marks import (BAND, COMM_HOVER, COMPUTE_HOVER, EXPOSED_HOVER, HOVER_EDGE, ends, hover_at,
-                                          legend_only, path_bars, ready_ticks, rect_path, spread)
+from syncviz.views.timeline_marks import (BAND, COMM_HOVER, COMPUTE_HOVER, EXPOSED_HOVER, HOVER_EDGE, end_and_along,
+                                          ends, hover_at, legend_only, path_bars, ready_ticks, rect_path, spread)
 
 GL_ROWS = 160
 # Above this many bars every bar is a path, not only the hollow spans and narrow service parts: a
@@ -295,18 +295,14 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
                              hover=COMM_HOVER, text=label, line={"width": 0.5, "color": color}))
             # inside a bar Plotly's hover distance is ~19 px: a neighbour's point nearer than that would
             # win, so a wide service part has its own points along it and at its end too
-            x_wide, along = spread(svc_start[w], e[w], min_label_ms)
-            at = np.concatenate([w, w[along]])
-            out.append(hover_at(name, np.concatenate([last[w], x_wide]), y[at], [custom[i] for i in at], color,
-                                 role="hover"))
+            out.append(hover_at(name, *end_and_along(svc_start[w], e[w], last[w], y[w], [custom[i] for i in w],
+                                                     min_label_ms), color, role="hover"))
         else:
             out.append(legend_only(name, color, color, 0.5))
         if len(n):
             shapes.append(rect_path(name, y[n], svc_start[n], e[n], color, color, 0.5))
-            x_svc, along = spread(svc_start[n], e[n], min_label_ms)      # along service parts too wide for one
-            at = np.concatenate([n, n[along]])
-            out.append(hover_at(name, np.concatenate([last[n], x_svc]), y[at], [custom[i] for i in at], color,
-                                 role="service"))
+            out.append(hover_at(name, *end_and_along(svc_start[n], e[n], last[n], y[n], [custom[i] for i in n],
+                                                     min_label_ms), color, role="service"))
         has_ready = np.isfinite(ready)
         if has_ready.any():
             shapes.append(ready_ticks(ready[has_ready], y[has_ready] - BAND / 2))

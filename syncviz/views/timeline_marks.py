@@ -91,6 +91,13 @@ def ends(start: np.ndarray, end: np.ndarray, eps: float) -> tuple[np.ndarray, np
     return np.minimum(start + eps, mid), np.maximum(end - eps, mid)
 
 
+def end_and_along(start, end, last, y, customdata: list, every: float) -> tuple:
+    """Hover points just inside each part's end (``last``: ends' second) and along it (spread, at most
+    ``every`` apart): their x, y and customdata, the parts' own first and then those along them."""
+    x_more, more = spread(start, end, every)
+    return np.concatenate([last, x_more]), np.concatenate([y, y[more]]), customdata + [customdata[i] for i in more]
+
+
 def hover_at(name, x, y, customdata, color, *, role, hollow: bool = False, template: str = COMM_HOVER) -> dict:
     """Hover points (drawn as nothing: mode "none") at ``x`` for bars a shape draws, with their
     customdata (a collective's start and end at [2] and [3], a compute bar's at [1] and [2]). Role
@@ -111,8 +118,6 @@ def path_bars(name, y, start, end, fill, line, width, custom, template, every, s
     ``every`` ms of the axis apart at most (LABEL_MIN_SPAN; see ends)."""
     shapes.append(rect_path(name, y, start, end, fill, line, width))
     first, last = ends(start, end, every * HOVER_EDGE)
-    x_more, more = spread(start, end, every)
     return [legend_only(name, fill, line, width),
             hover_at(name, first, y, custom, line, role=role, template=template),
-            hover_at(name, np.concatenate([last, x_more]), np.concatenate([y, y[more]]), custom + [custom[i] for i in more],
-                      line, role="hover", template=template)]
+            hover_at(name, *end_and_along(start, end, last, y, custom, every), line, role="hover", template=template)]
