@@ -523,19 +523,26 @@ def test_draw_reports_errors_as_cards(app):
     for name in ("dash_corrupt_json", "dash_bad_stream", "../../etc"):
         fig, late, style, info, error, drawn = replay.render(name, 0, "auto")
         assert error is not None and "error-card" in error.className and fig["data"] == []
-    fig, _, _, _, error, drawn, *front, served, late = replay.draw(["synth8", 3, "auto", 1234])
+    fig, _, _, _, error, drawn, *front, served = replay.draw(["synth8", 3, "auto", 1234])
     assert error is None and fig["layout"]["meta"]["step"] == 3 and drawn == ["synth8", 3, "auto"]
     assert fig["layout"]["meta"]["key"] == drawn and front == ["timeline front", "timeline back"]   # brought to the front
     assert served == ["synth8", 3, "auto", 1234]          # the ask it answered (no longer in flight)
-    assert late is replay.dash.no_update         # synth8: every rank's lane, no heatmap
-    assert replay.draw(None) == (replay.dash.no_update,) * 10
+    assert replay.heatmap_after_paint(drawn) is replay.dash.no_update      # synth8: every rank's lane, no heatmap
+    assert replay.draw(None) == (replay.dash.no_update,) * 9
     # asked again only to drop an answer in flight (the page drew the step itself): nothing drawn
-    assert replay.draw(["synth8", 3, "auto", 1235, replay.SHOWN]) == (replay.dash.no_update,) * 10
-    # a heatmap is sent aside, for the page to draw once the timeline is painted; the one on screen dims
-    fig, heat, style, *_, late = replay.draw(["synth24", 2, "auto", 7])
+    assert replay.draw(["synth8", 3, "auto", 1235, replay.SHOWN]) == (replay.dash.no_update,) * 9
+    # the heatmap is not in the answer (the one on screen dims): the page asks for it once the
+    # timeline is painted, and gets it for the step it painted
+    fig, heat, style, *_ = replay.draw(["synth24", 2, "auto", 7])
     assert heat is replay.dash.no_update and style == replay.PENDING_STYLE
+    late = replay.heatmap_after_paint(["synth24", 2, "auto"])
     assert late["key"] == ["synth24", 2, "auto"] and late["style"] == {}
     assert late["fig"]["data"][0]["type"] == "heatmap" and late["fig"]["layout"]["meta"] == {"step": 2}
+    from dash._utils import to_json
+    assert to_json(late["fig"]) == to_json(replay.draw_step("synth24", 2)[1])     # the heatmap draw_step gives
+    # a step shown from the page's copy (its files_version, a 4th item) brought its own; nothing asked
+    for painted in (["synth24", 2, "auto", "1:2:3"], None, ["synth24"], ["", 2, "auto"]):
+        assert replay.heatmap_after_paint(painted) is replay.dash.no_update
 
 
 def test_a_step_asked_for_while_it_is_being_drawn_is_drawn_once(app, monkeypatch):
@@ -553,20 +560,28 @@ def test_a_step_asked_for_while_it_is_being_drawn_is_drawn_once(app, monkeypatch
     monkeypatch.setattr(replay, "draw_step", slow_draw)
     got = [None, None]
 
-    def ask(i):
-        got[i] = replay.render("synth8", 2, "auto")
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
-    threads[0].start()
-    time.sleep(0.1)
-    threads[1].start()
-    for t in threads:
-        t.join()
+    def ask(i, heatmaps):
+        got[i] = replay.render("synth8", 2, "auto", heatmaps[i])
+
+    def both(heatmaps):
+        threads = [threading.Thread(target=ask, args=(i, heatmaps)) for i in range(2)]
+        threads[0].start()
+        time.sleep(0.1)
+        threads[1].start()
+        for t in threads:
+            t.join()
+    both((True, True))
     assert len(calls) == 1 and got[0] is got[1] and got[0][4] is None
     assert got[0][0]["layout"]["meta"]["step"] == 2
     # another step, or the same once drawn, is drawn on its own
     replay.render("synth8", 2, "auto")
     replay.render("synth8", 3, "auto")
     assert len(calls) == 3 and not replay._DRAWING
+    # draw() (no heatmap) takes draw_ahead's draw in progress (with it); not the other way round
+    both((True, False))
+    assert len(calls) == 4 and got[0] is got[1]
+    both((False, True))
+    assert len(calls) == 6 and got[0] is not got[1] and not replay._DRAWING
 
 
 def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app, store):
@@ -579,7 +594,8 @@ def test_the_step_after_is_drawn_ahead_for_the_page_to_keep(app, store):
     ahead, want = replay.draw_ahead(["synth24", 1, "auto"], 4)
     assert want is no and ahead["key"] == ["synth24", 2, "auto"] and ahead["skip"] == []   # 24 ranks: the heatmap too
     drawn = list(replay.draw(["synth24", 2, "auto", 0]))
-    drawn[1], drawn[2] = drawn[-1]["fig"], drawn[-1]["style"]    # the heatmap draw() sends aside
+    late = replay.heatmap_after_paint(drawn[5])            # the heatmap the page asks for once it is painted
+    drawn[1], drawn[2] = late["fig"], late["style"]
     version = replay.files_version(store.signature("synth24"))
     assert ahead["out"][5] == drawn[5] + [version] == ["synth24", 2, "auto", version]
     # where the tables came from may differ (the run's background block analysis, started by the first
@@ -668,7 +684,7 @@ def test_a_copy_of_a_run_traced_again_since_is_drawn_again(app, store, root):
         write_synth_run(run_dir, world=4, steps=4, n_buckets=3)           # traced again, 4 ranks now
         again, want = replay.draw_ahead(copy, 3)
         assert again is replay.dash.no_update and want[:3] == ["again", 1, "auto"]
-        fig, *_, drawn, _, _, _, _ = replay.draw(want)
+        fig, *_, drawn, _, _, _ = replay.draw(want)
         ticks = [t for t in fig["layout"]["meta"]["rows"] if t.endswith("compute")]
         assert len(ticks) == 4 and len(drawn) == 3       # the new run, drawn by the server
         # drawn by the server, not a copy: nothing to check again
@@ -759,8 +775,7 @@ def post_draw(client, run, step):
                   if [i["id"] for i in c["inputs"]] == ["replay-want"] and c["output"].startswith(".." + FIGURE_OUTPUTS[0]))
     outputs = output.strip(".").split("...")
     assert [o.split("@")[0] for o in outputs] == FIGURE_OUTPUTS + ["replay-timeline-box.className",
-                                                                   "replay-next-box.className", "replay-served.data",
-                                                                   "replay-late.data"]
+                                                                   "replay-next-box.className", "replay-served.data"]
     body = {"output": output,
             "outputs": [dict(zip(("id", "property"), o.split("."))) for o in outputs],
             "inputs": [{"id": "replay-want", "property": "data", "value": [run, step, "auto", 1]}],

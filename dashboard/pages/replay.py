@@ -53,7 +53,7 @@ def layout(**_query):
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
         dcc.Store(id="replay-ahead"),   # the step after it, drawn while this one is looked at (draw_ahead)
         dcc.Store(id="replay-painted"),  # replay-drawn, once the browser has painted it (draw_ahead starts then)
-        dcc.Store(id="replay-late"),    # draw()'s heatmap, handed to Plotly once its timeline is painted
+        dcc.Store(id="replay-late"),    # the heatmap of a step draw() drew, asked for once its timeline is painted
         dcc.Store(id="replay-want"),    # [run, step, lane mode, nonce]: a step the browser has no copy of
         dcc.Store(id="replay-served"),  # the replay-want draw() answered last (an ask not answered is in flight)
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
@@ -124,8 +124,9 @@ def choose_lanes(mode: str, n_ranks: int) -> str:
     return mode
 
 
-def draw_step(name: str, step: int, mode: str = "auto"):
-    """Figures and numbers of one step: (timeline, lateness heatmap, show heatmap, info cards)."""
+def draw_step(name: str, step: int, mode: str = "auto", heatmap: bool = True):
+    """Figures and numbers of one step: (timeline, lateness heatmap, show heatmap, info cards);
+    ``heatmap`` False: the heatmap is left out (no_update) even where it is shown (draw())."""
     run = C.store().get(name)
     step = run.nearest_step(step)
     view = run.step_view(step)
@@ -144,14 +145,18 @@ def draw_step(name: str, step: int, mode: str = "auto"):
     fig = TL.timeline_figure(compute, comm, exposed, ranks=ranks, labels=labels, t0=t0,
                              params=run.bucket_params(), x_range=run.step_range_ms(step), title=title)
     fig["layout"]["meta"].update({"step": int(step), "lanes": lanes, "source": view.source})
-    late = (TL.lateness_figure(view.lateness, "Launch lateness per rank and {what} (ms after the first rank)")
-            if lanes == "spread" else dash.no_update)
-    if isinstance(late, dict):        # which step it shows (the page and its tests match it by this)
-        late["layout"]["meta"] = {"step": int(step)}
+    late = lateness_heatmap(view, step) if lanes == "spread" and heatmap else dash.no_update
     info = step_cards(view)
     run.analyse_in_background()
     run.prefetch_neighbours(step, STEP_TABLES[lanes])     # a run read one step at a time
     return fig, late, lanes == "spread", info
+
+
+def lateness_heatmap(view, step: int) -> dict:
+    """The rank × collective launch lateness heatmap of a step (StepView ``view``)."""
+    late = TL.lateness_figure(view.lateness, "Launch lateness per rank and {what} (ms after the first rank)")
+    late["layout"]["meta"] = {"step": int(step)}      # which step it shows (the page and its tests match it by this)
+    return late
 
 
 def step_cards(view) -> list:
@@ -182,22 +187,24 @@ _DRAWING: dict[tuple, Future] = {}
 _DRAWING_LOCK = threading.Lock()
 
 
-def render(name, step, mode) -> tuple:
+def render(name, step, mode, heatmap: bool = True) -> tuple:
     """Values of FIGURE_OUTPUTS for (run, step, lane mode); errors become an error card. One draw
-    of each (run, step, lane mode) at a time (_DRAWING); nothing is kept once it is drawn."""
+    of each (run, step, lane mode, ``heatmap``: see draw_step) at a time (_DRAWING), and one
+    without the heatmap (draw()) takes a draw with it in progress (draw_ahead's: → held down);
+    nothing is kept once it is drawn."""
     try:
-        key = (name, step, mode)
+        key = (name, step, mode, heatmap)
         hash(key)
     except TypeError:             # not a key of ours: drawn on its own (and reported as an error card)
-        return _render(name, step, mode)
+        return _render(name, step, mode, heatmap)
     with _DRAWING_LOCK:
-        running = _DRAWING.get(key)
+        running = _DRAWING.get(key) or (None if heatmap else _DRAWING.get((name, step, mode, True)))
         if running is None:
             mine = _DRAWING[key] = Future()
     if running is not None:
         return running.result()
     try:
-        out = _render(name, step, mode)
+        out = _render(name, step, mode, heatmap)
         mine.set_result(out)
         return out
     except BaseException as e:       # _render turns errors into cards; this is an interrupt or a bug
@@ -208,13 +215,13 @@ def render(name, step, mode) -> tuple:
             _DRAWING.pop(key, None)
 
 
-def _render(name, step, mode) -> tuple:
+def _render(name, step, mode, heatmap: bool = True) -> tuple:
     drawn = [name, step, mode]
     if not name:
         return (TL.empty_figure("no run selected"), TL.empty_figure(""), {"display": "none"}, [],
                 C.run_picker_note(name), drawn)
     try:
-        fig, late, show_late, info = draw_step(name, step, mode)
+        fig, late, show_late, info = draw_step(name, step, mode, heatmap)
     except Exception as e:
         return (TL.empty_figure("nothing to draw"), TL.empty_figure(""), {"display": "none"}, [],
                 C.error_card(C.problem_text(e)), drawn)
@@ -223,34 +230,54 @@ def _render(name, step, mode) -> tuple:
 
 
 
-# Shown on the heatmap box while it still holds the step before (draw() sends the new one aside).
+# Shown on the heatmap box while it still holds the step before (draw() leaves the new one out).
 PENDING_STYLE = {"opacity": 0.35}
 
 
 @dash.callback(*[Output(i, p) for i, p in FIGURE_OUTPUTS], *[Output(i, p, allow_duplicate=True) for i, p in FRONT_OUTPUTS],
-               Output("replay-served", "data"), Output("replay-late", "data"), Input("replay-want", "data"),
-               prevent_initial_call=True)
+               Output("replay-served", "data"), Input("replay-want", "data"), prevent_initial_call=True)
 def draw(want):
     """The slider moved (or play, or Live, or the lane mode changed) to a step the page has no copy
     of: draw it, in replay-timeline, brought to the front. ``want``: [run, step, lane mode, nonce]
     (the nonce makes a repeated ask a change); a 5th item SHOWN: the page moved to a step it drew
     itself while an ask was in flight, and asks again only so that Dash drops that one's answer.
 
-    The lateness heatmap goes to replay-late ({"key", "fig", "style"}), not to its graph: the page
-    hands it to Plotly once the timeline is painted (the replay-painted callback below), and dims the heatmap of
-    the step before until then. Why: Plotly took ~35 ms for the 300 × 243 heatmap of the 1,024-rank
-    run before the timeline's paint could start; a jump was painted a median 284 ms after the key
-    press with it, 260 ms without (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event
-    ZeRO-3 run, session 33)."""
+    The lateness heatmap is not in this answer: the heatmap of the step before is dimmed, and the
+    page asks for the new one once the timeline is painted (heatmap_after_paint). Why:
+    - Plotly took ~35 ms for the 300 × 243 heatmap of the 1,024-rank run before the timeline's
+      paint could start: a jump was painted a median 284 ms after the key press with it, 260 ms
+      without (session 33, when it was first held back until the paint);
+    - it was still in this answer until session 42, 362 of its 1,281 kB: sent, parsed and
+      computed (~7 ms of server time) before the timeline could be drawn.
+    (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run.)"""
     if not isinstance(want, list) or len(want) < 3 or (len(want) > 4 and want[4] == SHOWN):
-        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 2)
+        return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 1)
     name, step, mode = want[:3]
-    out = list(render(name, step, mode))
-    late = dash.no_update
-    if isinstance(out[1], dict) and out[2] != {"display": "none"}:    # a heatmap to show: after the paint
-        late = {"key": out[5][:3], "fig": out[1], "style": out[2]}
+    out = list(render(name, step, mode, heatmap=False))
+    if out[4] is None and out[2] != {"display": "none"}:    # a heatmap to show: asked for after the paint
         out[1], out[2] = dash.no_update, PENDING_STYLE
-    return (*out, *FRONT, want, late)
+    return (*out, *FRONT, want)
+
+
+@dash.callback(Output("replay-late", "data"), Input("replay-painted", "data"), prevent_initial_call=True)
+def heatmap_after_paint(painted):
+    """The lateness heatmap of a step draw() drew, once the page has painted its timeline
+    (``painted``: its [run, step, lane mode]), as {"key", "fig", "style"}: the page hands it to
+    Plotly if the timeline in front still holds that step. A step shown from the page's copy
+    (a 4th item, its files_version: draw_ahead) came with its heatmap, and gets nothing here."""
+    no = dash.no_update
+    if not isinstance(painted, list) or len(painted) != 3 or not painted[0] or not isinstance(painted[1], int):
+        return no
+    name, step, mode = painted
+    try:
+        run = C.store().get(name)
+        if choose_lanes(mode or "auto", len(run.ranks)) != "spread":
+            return no
+        step = run.nearest_step(step)
+        fig = lateness_heatmap(run.step_view(step), step)
+    except Exception:          # draw() has shown why as an error card, or the next draw will
+        return no
+    return {"key": painted, "fig": fig, "style": {}}
 
 
 def files_version(sig: tuple) -> str:

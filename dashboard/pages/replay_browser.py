@@ -100,19 +100,18 @@ dash.clientside_callback(
 
 
 # replay-drawn once the browser has painted it: when it is idle after the animation frame that
-# paints the timeline holding that step (style, layout and paint run in the frame); replay.draw()'s
-# heatmap is handed to Plotly then, and replay.draw_ahead waits for it. Why: on two cores the server's draw of the
+# paints the timeline holding that step (style, layout and paint run in the frame); replay.draw_ahead
+# and replay.heatmap_after_paint wait for it. Why: on two cores the server's draw of the
 # next step (~70-100 ms of CPU) took the CPU the browser needed to paint this one in software WebGL;
 # a jump (PgUp, drawn by the server) was painted a median 316-381 ms after the key press with the
 # draw ahead starting when the answer landed, 229 ms with it started 0.3 s later by hand
 # (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run, session 33).
 dash.clientside_callback(
     """
-    function(drawn, late) {
+    function(drawn) {
         // Plotly is handed the figure after this store changes (dcc.Graph draws in a later task):
         // wait, a frame at a time, until the timeline in front holds the step (2 s at most: an
-        // error card holds none), then for the frame that paints it. Then the heatmap draw() sent
-        // aside for this step, if the timeline in front still holds it (not moved on meanwhile).
+        // error card holds none), then for the frame that paints it.
         // A newer step on screen supersedes this wait (its own wait follows): nothing then, so that
         // the server draws ahead of the step shown, not of one already left.
         const no = dash_clientside.no_update, t0 = performance.now();
@@ -127,12 +126,10 @@ dash.clientside_callback(
         return new Promise(function (resolve) {
             const wait = function () {
                 if (superseded()) {
-                    resolve([no, no, no]);
+                    resolve(no);
                 } else if (holds(drawn) || performance.now() - t0 > 2000) {
                     requestAnimationFrame(function () { idle(function () {
-                        if (superseded()) { resolve([no, no, no]); return; }
-                        const mine = late && holds(late.key) && holds(drawn);
-                        resolve([drawn, mine ? late.fig : no, mine ? late.style : no]);
+                        resolve(superseded() ? no : drawn);
                     }, {timeout: 200}); });
                 } else {
                     requestAnimationFrame(wait);
@@ -142,9 +139,24 @@ dash.clientside_callback(
         });
     }
     """,
-    Output("replay-painted", "data"), Output("replay-lateness", "figure", allow_duplicate=True),
-    Output("replay-lateness-box", "style", allow_duplicate=True),
-    Input("replay-drawn", "data"), State("replay-late", "data"), prevent_initial_call=True,
+    Output("replay-painted", "data"), Input("replay-drawn", "data"), prevent_initial_call=True,
+)
+
+
+# The heatmap replay.heatmap_after_paint sent for a step, into its graph if the timeline in front
+# still holds that step (not moved on meanwhile; a step shown from the page's copy brings its own).
+dash.clientside_callback(
+    """
+    function(late) {
+        const no = dash_clientside.no_update;
+        const gd = document.querySelector(".timeline.front .js-plotly-plot");
+        const k = gd && gd.layout && gd.layout.meta && gd.layout.meta.key;
+        const mine = late && Array.isArray(late.key) && Array.isArray(k) && [0, 1, 2].every(i => k[i] === late.key[i]);
+        return mine ? [late.fig, late.style] : [no, no];
+    }
+    """,
+    Output("replay-lateness", "figure", allow_duplicate=True), Output("replay-lateness-box", "style", allow_duplicate=True),
+    Input("replay-late", "data"), prevent_initial_call=True,
 )
 
 
