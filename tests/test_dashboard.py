@@ -265,6 +265,14 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
         _same_drawn_step(view, whole)
         assert view._alone._ev is None, "the step was not read for every rank"
         _same_replay_figures(store, truth, int(step))
+    assert any("launches last" in roles for step in run.step_list for _, roles in run.step_view(int(step)).get("drawn").picks)
+    # a summary that kept no lateness map (an older one): the step's lateness rows give the same ranks
+    replay = run.step_view(run.start_step)._kept.replay
+    assert replay.latest(run.start_step)[0]
+    replay._skew, replay._skew_of = None, lambda: None
+    assert replay.latest(run.start_step) == (False, None)
+    run._steps_cache.clear()
+    _same_drawn_step(run.step_view(run.start_step), truth.step_view(run.start_step), lateness_map=False)
     view = run.step_view(run.start_step)
     for key in ("compute", "comm", "exposed"):     # asked for: every rank, read alone
         pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True),
@@ -323,16 +331,19 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     assert "needs every event" in str(e.value) and "\n" not in str(e.value)
 
 
-def _same_drawn_step(view, whole):
+def _same_drawn_step(view, whole, lateness_map: bool = True):
     """A step view's every-rank tables and drawn ranks (fastest, median, slowest, launches last: their
     timeline tables and origin) equal those of ``whole`` (the step read for every rank)."""
+    read = "lateness" in view._out               # read ahead (readahead.py), for the heatmap
+    a, b = view.get("drawn"), whole.get("drawn")
+    # a kept step's "launches last" comes from the kept rank × step lateness map: none of its lateness rows read
+    assert view._kept is None or read or ("lateness" not in view._out) == lateness_map
     for key in ("steps", "step_spread"):
         pd.testing.assert_frame_equal(view.get(key).reset_index(drop=True), whole.get(key).reset_index(drop=True),
                                       check_exact=True)
     pd.testing.assert_frame_equal(view.get("lateness").reset_index(drop=True),
                                   whole.get("lateness").drop(columns="launch_ns").reset_index(drop=True),
                                   check_exact=True, check_dtype=False)
-    a, b = view.get("drawn"), whole.get("drawn")
     assert a.picks == b.picks and a.t0 == b.t0
     assert len(a.picks) >= 3
     for x, y in ((a.compute, b.compute), (a.comm, b.comm), (a.exposed, b.exposed)):

@@ -30,6 +30,23 @@ def test_representative_ranks_are_real_ranks_by_step_time(tmp_path):
     assert A.representative_ranks(steps.iloc[:0]) == [] and A.latest_launcher(late.iloc[:0]) is None
 
 
+def test_the_rank_that_launches_last_from_the_lateness_map():
+    """latest_in_matrix (from the rank × step map the summary keeps) gives latest_launcher's rank on
+    each step's own rows: the largest mean, the lowest rank of equals, none when no mean is above 0
+    or the step has no rows; ranks without rows in a step are not candidates."""
+    late = pd.DataFrame({"rank": [0, 0, 1, 1, 2, 0, 1, 2, 0, 1, 3],
+                         "step": [1, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4],
+                         "late_ns": [0, 6, 2, 4, 1, 5, 5, 1, 0, 0, -2]})
+    matrix = A.lateness_matrix(late)
+    for step in (1, 2, 3, 4, 9):
+        rows = late[late["step"] == step]
+        assert A.latest_in_matrix(matrix, step) == A.latest_launcher(rows), step
+    assert [A.latest_in_matrix(matrix, s) for s in (1, 2, 3, 4, 9)] == [0, 0, None, None, None]
+    one = pd.DataFrame({"rank": [0, 1, 2], "step_ns": [3, 2, 1]})
+    assert A.representative_ranks(one, latest=1) == A.representative_ranks(one, late[late["step"] == 1].assign(
+        late_ns=lambda t: np.where(t["rank"] == 1, 9, 0)))
+
+
 def test_waiting_and_service_split(tmp_path):
     """Rank 1 launches bucket 1 3 ms late (33 vs 30): rank 0's bucket 1 [30, 40] waited 3 ms for
     it and was served 7 ms; bucket 0 [16, 26] was served from its start."""

@@ -62,19 +62,34 @@ def analyse_ranks(events: pd.DataFrame, joined: pd.Series) -> tuple[pd.DataFrame
 class KeptReplay:
     """What the summary kept for the Replay of one run (views.runcache.put_replay), loaded once."""
 
-    def __init__(self, joined: pd.DataFrame, origin: pd.DataFrame, lateness: dict, steps: Callable[[], pd.DataFrame]):
+    def __init__(self, joined: pd.DataFrame, origin: pd.DataFrame, lateness: dict, steps: Callable[[], pd.DataFrame],
+                 skew: Callable[[], pd.DataFrame | None] = lambda: None):
         self.joined = joined.set_index(Q.EVENT_KEY)["last"].astype(float)
         self._origin = dict(zip(origin["step"].tolist(), origin["start_ns"].tolist()))
         self._lateness = KeptLateness(lateness["folder"], lateness["items"])
         self._steps_of = steps
         self._by_step = None
+        self._skew_of, self._skew = skew, None
         self._lock = threading.Lock()
 
     @classmethod
     def load(cls, disk, steps: Callable[[], pd.DataFrame]) -> "KeptReplay | None":
         """From the run's disk cache (views.runcache.RunCache); None unless all of it is there."""
         kept = [disk.get(k) for k in REPLAY_KEYS]
-        return None if any(v is None for v in kept) else cls(*kept, steps=steps)
+        return None if any(v is None for v in kept) else cls(*kept, steps=steps, skew=lambda: disk.get("rank_skew"))
+
+    def latest(self, step: int) -> tuple[bool, int | None]:
+        """(known, rank): the rank that launches last in ``step`` (analysis.latest_launcher), from the
+        rank × step lateness map the summary kept (latest_in_matrix), so that drawing a step needs
+        none of its ~250,000 lateness rows (~12 ms of a jump on the 10^8-event ZeRO-3 run, session
+        42); known False when the summary kept no map."""
+        with self._lock:
+            if self._skew is None:
+                skew = self._skew_of()
+                self._skew = skew if isinstance(skew, pd.DataFrame) else False
+        if self._skew is False:
+            return False, None
+        return True, A.latest_in_matrix(self._skew, step)
 
     def steps(self, step: int) -> pd.DataFrame:
         """step_metrics rows of ``step`` (every rank), from the kept step table (in step order)."""

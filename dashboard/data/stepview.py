@@ -120,9 +120,12 @@ class StepView:
         """The representative ranks of the step (fastest, median, slowest, launches last) and their
         tables: from their own events when the step's kept tables give every rank's numbers (and
         nothing has read every rank of it yet), else from the every-rank tables."""
-        picks = A.representative_ranks(self.get("steps"), self.get("lateness"))
         if self._kept is not None and not all(k in self._alone._out for k in ("compute", "comm", "exposed")):
+            known, latest = self._kept.replay.latest(self.step)
+            picks = (A.representative_ranks(self.get("steps"), latest=latest) if known else
+                     A.representative_ranks(self.get("steps"), self.get("lateness")))
             return self._kept.drawn(picks)
+        picks = A.representative_ranks(self.get("steps"), self.get("lateness"))
         ranks = [r for r, _ in picks]
         compute, comm = self.get("compute"), self.get("comm")
         return Drawn(picks, only_ranks(compute, ranks), only_ranks(comm, ranks), only_ranks(self.get("exposed"), ranks),

@@ -11,7 +11,7 @@ from syncviz.analysis.metrics import *  # noqa: F401,F403
 from syncviz.analysis.metrics import NS, busbw_factor  # noqa: F401
 from syncviz.analysis.tables import *  # noqa: F401,F403
 from syncviz.analysis.lanes import lanes  # noqa: F401
-from syncviz.analysis.timeline import collective_parts, latest_launcher, representative_ranks  # noqa: F401
+from syncviz.analysis.timeline import collective_parts, latest_in_matrix, latest_launcher, representative_ranks  # noqa: F401
 from syncviz.analysis.headline import (HEADLINE_AGGREGATE, headline, headline_rows, run_summary,  # noqa: F401
                                        straggler_text, top_exposed, verdict)
 from syncviz.analysis.queueing import (attributed_exposed, collective_times, straggler,  # noqa: F401

@@ -20,22 +20,36 @@ def latest_launcher(lateness: pd.DataFrame) -> int | None:
     the others waited for. None without bucket collectives."""
     if not len(lateness):
         return None
-    mean = lateness.groupby("rank")["late_ns"].mean().sort_index()
-    return int(mean.idxmax()) if mean.max() > 0 else None
+    return _latest(lateness.groupby("rank")["late_ns"].mean().sort_index())
 
 
-def representative_ranks(steps: pd.DataFrame, lateness: pd.DataFrame | None = None) -> list[tuple[int, list[str]]]:
+def latest_in_matrix(matrix: pd.DataFrame, step: int) -> int | None:
+    """latest_launcher of one step from metrics.lateness_matrix (rank × step, the same means: the
+    summary keeps it for the whole run), without that step's lateness rows."""
+    if step not in matrix.columns:
+        return None
+    return _latest(matrix[step].dropna().sort_index())
+
+
+def _latest(mean: pd.Series) -> int | None:
+    """The rank of the largest mean lateness (the first of equals), None when none is above 0."""
+    return int(mean.idxmax()) if len(mean) and mean.max() > 0 else None
+
+
+def representative_ranks(steps: pd.DataFrame, lateness: pd.DataFrame | None = None, *,
+                         latest: int | None = None) -> list[tuple[int, list[str]]]:
     """Real ranks that stand for a step: the fastest, median and slowest by step time
     (step_metrics rows; several steps are summed per rank) and, with ``lateness``, the straggler
-    (latest_launcher), as [(rank, roles)] in that order. Not a min/median/max composite: every bar
-    drawn for them happened on that rank. The median is the lower median; ties go to the lower
-    rank; a rank holding several roles is listed once."""
+    (latest_launcher; or ``latest``, that rank found already: latest_in_matrix), as [(rank, roles)]
+    in that order. Not a min/median/max composite: every bar drawn for them happened on that rank.
+    The median is the lower median; ties go to the lower rank; a rank holding several roles is
+    listed once."""
     if not len(steps):
         return []
     per = steps.groupby("rank")["step_ns"].sum().sort_index(kind="stable")
     order = per.sort_values(kind="stable").index.to_list()
     picks = [(ROLES[0], order[0]), (ROLES[1], order[(len(order) - 1) // 2]), (ROLES[2], order[-1])]
-    late = latest_launcher(lateness) if lateness is not None else None
+    late = latest_launcher(lateness) if lateness is not None else latest
     if late is not None:
         picks.append((ROLES[3], late))
     out: dict[int, list[str]] = {}
