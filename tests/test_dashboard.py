@@ -717,6 +717,10 @@ def test_pick_run_and_live_callbacks(app, store, tmp_path):
     assert (first, last, value, run, live_off) == (0, 11, 1, "synth8", True) and marks["11"] == "11"  # after warm-up
     assert fig["layout"]["meta"]["step"] == 1 and error is None and drawn == ["synth8", 1, "auto"]
     assert (front, back) == replay.FRONT        # drawn in replay-timeline, brought to the front
+    # a run with a heatmap: it follows once the timeline is painted (heatmap_after_paint), as after a draw
+    *_, fig, heat, style, _, error, drawn, front, back = replay.pick_run("synth24")
+    assert heat is replay.dash.no_update and style == replay.PENDING_STYLE and error is None
+    assert replay.heatmap_after_paint(drawn)["fig"]["layout"]["meta"] == {"step": drawn[1]}
     out = replay.pick_run("dash_corrupt_json")
     assert out[3:5] == (0, "dash_corrupt_json") and "corrupt JSON" in str(out[11].children)
     out = replay.follow_live(1, "synth8", 4, 11, ["follow"])

@@ -79,7 +79,8 @@ def slider_marks(first: int, last: int) -> dict:
                prevent_initial_call="initial_duplicate")
 def pick_run(name, mode="auto", follow=()):
     """A run was picked: its steps on the slider and its first step after warm-up drawn, in one
-    response (a second round trip for the figure costs ~0.5-1 s of browser time on a first open)."""
+    response (a second round trip for the figure costs ~0.5-1 s of browser time on a first open);
+    its heatmap follows once the timeline is painted, as after draw()."""
     try:
         run = C.store().get(name) if name else None
     except Exception as e:   # drawn below as an error card
@@ -89,8 +90,8 @@ def pick_run(name, mode="auto", follow=()):
         return (0, 0, None, 0, name, "", True, *render(name, 0, mode), *FRONT)
     first, last = run.first_step, run.last_step
     start = last if run.recording and follow and "follow" in follow else run.start_step
-    return (first, last, slider_marks(first, last), start, name,
-            C.status_badge(run.recording, run.problems), not run.recording, *render(name, start, mode), *FRONT)
+    return (first, last, slider_marks(first, last), start, name, C.status_badge(run.recording, run.problems),
+            not run.recording, *heatmap_later(render(name, start, mode, heatmap=False)), *FRONT)
 
 
 @dash.callback(Output("replay-step", "max", allow_duplicate=True), Output("replay-step", "marks", allow_duplicate=True),
@@ -253,15 +254,21 @@ def draw(want):
     if not isinstance(want, list) or len(want) < 3 or (len(want) > 4 and want[4] == SHOWN):
         return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 1)
     name, step, mode = want[:3]
-    out = list(render(name, step, mode, heatmap=False))
-    if out[4] is None and out[2] != {"display": "none"}:    # a heatmap to show: asked for after the paint
+    return (*heatmap_later(render(name, step, mode, heatmap=False)), *FRONT, want)
+
+
+def heatmap_later(out: tuple) -> list:
+    """render()'s outputs without the heatmap (heatmap=False): where the step shows one, the
+    heatmap on screen dims until heatmap_after_paint's arrives."""
+    out = list(out)
+    if out[4] is None and out[2] != {"display": "none"}:
         out[1], out[2] = dash.no_update, PENDING_STYLE
-    return (*out, *FRONT, want)
+    return out
 
 
 @dash.callback(Output("replay-late", "data"), Input("replay-painted", "data"), prevent_initial_call=True)
 def heatmap_after_paint(painted):
-    """The lateness heatmap of a step draw() drew, once the page has painted its timeline
+    """The lateness heatmap of a step draw() or pick_run() drew, once the page has painted its timeline
     (``painted``: its [run, step, lane mode]), as {"key", "fig", "style"}: the page hands it to
     Plotly if the timeline in front still holds that step. A step shown from the page's copy
     (a 4th item, its files_version: draw_ahead) came with its heatmap, and gets nothing here."""
