@@ -248,7 +248,7 @@ def draw(want):
     - Plotly took ~35 ms for the 300 × 243 heatmap of the 1,024-rank run before the timeline's
       paint could start: a jump was painted a median 284 ms after the key press with it, 260 ms
       without (session 33, when it was first held back until the paint);
-    - it was still in this answer until session 42, 362 of its 1,281 kB: sent, parsed and
+    - it was still in this answer until session 42, 299 of its 1,153 kB: sent, parsed and
       computed (~7 ms of server time) before the timeline could be drawn.
     (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run.)"""
     if not isinstance(want, list) or len(want) < 3 or (len(want) > 4 and want[4] == SHOWN):
