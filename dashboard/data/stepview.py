@@ -121,9 +121,8 @@ class StepView:
         tables: from their own events when the step's kept tables give every rank's numbers (and
         nothing has read every rank of it yet), else from the every-rank tables."""
         if self._kept is not None and not all(k in self._alone._out for k in ("compute", "comm", "exposed")):
-            known, latest = self._kept.replay.latest(self.step)
-            picks = (A.representative_ranks(self.get("steps"), latest=latest) if known else
-                     A.representative_ranks(self.get("steps"), self.get("lateness")))
+            known, latest = self._kept.replay.latest(self.step)     # the step's lateness rows only without the map
+            picks = A.representative_ranks(self.get("steps"), None if known else self.get("lateness"), latest=latest)
             return self._kept.drawn(picks)
         picks = A.representative_ranks(self.get("steps"), self.get("lateness"))
         ranks = [r for r, _ in picks]
