@@ -275,7 +275,10 @@ def test_many_ranks_aggregated(server, browser):
     wait_for(lambda: shown_step(browser) == 1, "synth24 drawn")
     ticks = graph(browser, "replay-timeline")["ticks"]
     assert any("fastest step" in t for t in ticks) and any("launches last" in t for t in ticks)
-    heat = wait_for(lambda: graph(browser, "replay-lateness"), "lateness heatmap")
+    # the first open's heatmap comes after the timeline is painted (heatmap_after_paint): until then
+    # the graph holds no traces, so wait for the step's own heatmap, not for any figure
+    heat = wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": 1} and
+                    graph(browser, "replay-lateness"), "lateness heatmap")
     assert heat["traces"][0][1] == "heatmap" and heat["traces"][0][2] == 24 and heat["meta"] == {"step": 1}
     # a step drawn by the server: its heatmap follows the painted timeline, and is no longer dimmed
     last = int(browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").get_attribute("aria-valuemax"))
