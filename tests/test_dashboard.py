@@ -268,6 +268,7 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     assert any("launches last" in roles for step in run.step_list for _, roles in run.step_view(int(step)).get("drawn").picks)
     # a summary that kept no lateness map (an older one): the step's lateness rows give the same ranks
     replay = run.step_view(run.start_step)._kept.replay
+    assert replay._by_step is None, "each step's rows were read alone (RunCache.get_rows), not the whole step table"
     assert replay.latest(run.start_step)[0]
     replay._skew, replay._skew_of = None, lambda: None
     assert replay.latest(run.start_step) == (False, None)

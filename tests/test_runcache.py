@@ -63,6 +63,42 @@ def test_values_read_back_equal(tmp_path):
     assert again.get("never-written") is None
 
 
+def test_one_steps_rows_are_read_from_their_row_groups_alone(tmp_path, monkeypatch):
+    """get_rows (the Replay's step table of one step): the rows a filter of the whole frame gives,
+    in its order, from the row groups that may hold the value; None for a frame kept in one big
+    group (an older syncviz's), for a damaged file, and for a stale cache."""
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    monkeypatch.setattr(RC, "ROW_GROUP_ROWS", 5)
+    rng = np.random.default_rng(0)
+    steps = pd.DataFrame({"rank": np.tile(np.arange(3), 9), "step": np.repeat(np.arange(9) * 2, 3),
+                          "step_ns": rng.integers(0, 10**9, 27), "overlap_pct": rng.random(27)})
+    steps.loc[4, "overlap_pct"] = np.nan
+    cache = RC.RunCache(run, RC.signature(run))
+    assert cache.put("steps", steps)
+    import pyarrow.parquet as pq
+    assert pq.ParquetFile(run / RC.CACHE_DIR / "steps.parquet").num_row_groups == 6
+    read = []
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", lambda self, groups, _r=pq.ParquetFile.read_row_groups:
+                        read.append(list(groups)) or _r(self, groups))
+    again = RC.RunCache(run, RC.signature(run))
+    for step in [0, 2, 4, 16, 3, 99]:
+        want = steps[steps["step"] == step].reset_index(drop=True)
+        pd.testing.assert_frame_equal(again.get_rows("steps", "step", step), want, check_exact=True)
+    # groups of 5 rows hold steps 0-2, 2-6, 6-8, 10-12, 14-16 and 16: step 2's rows span two, as step 16's
+    assert read == [[0], [0, 1], [1], [4, 5], [1], []]
+    assert again.get_rows("never-written", "step", 0) is None
+    monkeypatch.setattr(RC, "ROW_GROUP_ROWS", 100)             # kept in one group of 27 rows (older syncviz) ...
+    assert cache.put("steps", steps)
+    monkeypatch.setattr(RC, "ROW_GROUP_ROWS", 5)               # ... more than 4 x 5: read whole instead
+    assert RC.RunCache(run, RC.signature(run)).get_rows("steps", "step", 4) is None
+    (run / RC.CACHE_DIR / "steps.parquet").write_bytes(b"PAR1 truncated")
+    assert RC.RunCache(run, RC.signature(run)).get_rows("steps", "step", 4) is None
+    assert cache.put("steps", steps)
+    rank = next(run.glob("rank-*.arrow"))
+    os.utime(rank, ns=(rank.stat().st_atime_ns, rank.stat().st_mtime_ns + 1_000_000))
+    assert RC.RunCache(run, RC.signature(run)).get_rows("steps", "step", 4) is None
+
+
 def test_values_that_do_not_round_trip_are_not_cached(tmp_path):
     run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
     cache = RC.RunCache(run, RC.signature(run))

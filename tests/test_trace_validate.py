@@ -146,3 +146,23 @@ def test_unexpected_error_is_one_line_unless_debug(tmp_path, monkeypatch, capsys
     assert ("Traceback (most recent call last)" in err) == debug
     if not debug:
         assert err.strip().count("\n") == 0
+
+
+def test_the_lowest_ranks_layouts_alone(tmp_path):
+    """load_layouts(lowest=True), what the dashboard reads to open a run from its cache: the layouts
+    of the lowest rank that has any (analysis.bucket_map draws one rank's), found in rank order
+    (layout-10 sorts before layout-2 by name) past damaged files; the same bucket map as all ranks'."""
+    import pandas as pd
+    from syncviz.trace import load_layouts
+    run = make_ddp_run(tmp_path / "r", world=12)
+    whole, _ = load_layouts(run)
+    one, problems = load_layouts(run, lowest=True)
+    assert one["rank"].unique().tolist() == [0] and not problems
+    pd.testing.assert_frame_equal(one, whole[whole["rank"] == 0].reset_index(drop=True))
+    pd.testing.assert_frame_equal(A.bucket_map(one), A.bucket_map(whole))
+    (run / "layout-0.arrow").write_bytes(b"garbage" * 10)
+    (run / "layout-1.arrow").write_bytes(b"")
+    whole, _ = load_layouts(run)
+    one, problems = load_layouts(run, lowest=True)
+    assert one["rank"].unique().tolist() == [2] and [p.split(":")[0] for p in problems] == ["layout-0.arrow", "layout-1.arrow"]
+    pd.testing.assert_frame_equal(A.bucket_map(one), A.bucket_map(whole))

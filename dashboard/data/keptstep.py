@@ -63,11 +63,12 @@ class KeptReplay:
     """What the summary kept for the Replay of one run (views.runcache.put_replay), loaded once."""
 
     def __init__(self, joined: pd.DataFrame, origin: pd.DataFrame, lateness: dict, steps: Callable[[], pd.DataFrame],
-                 skew: Callable[[], pd.DataFrame | None] = lambda: None):
+                 skew: Callable[[], pd.DataFrame | None] = lambda: None,
+                 rows: Callable[[int], pd.DataFrame | None] = lambda step: None):
         self.joined = joined.set_index(Q.EVENT_KEY)["last"].astype(float)
         self._origin = dict(zip(origin["step"].tolist(), origin["start_ns"].tolist()))
         self._lateness = KeptLateness(lateness["folder"], lateness["items"])
-        self._steps_of = steps
+        self._steps_of, self._rows_of = steps, rows
         self._by_step = None
         self._skew_of, self._skew = skew, None
         self._lock = threading.Lock()
@@ -76,7 +77,8 @@ class KeptReplay:
     def load(cls, disk, steps: Callable[[], pd.DataFrame]) -> "KeptReplay | None":
         """From the run's disk cache (views.runcache.RunCache); None unless all of it is there."""
         kept = [disk.get(k) for k in REPLAY_KEYS]
-        return None if any(v is None for v in kept) else cls(*kept, steps=steps, skew=lambda: disk.get("rank_skew"))
+        return None if any(v is None for v in kept) else cls(*kept, steps=steps, skew=lambda: disk.get("rank_skew"),
+                                                             rows=lambda step: disk.get_rows("steps", "step", step))
 
     def latest(self, step: int) -> tuple[bool, int | None]:
         """(known, rank): the rank that launches last in ``step`` (analysis.latest_launcher), from the
@@ -92,7 +94,13 @@ class KeptReplay:
         return True, A.latest_in_matrix(self._skew, step)
 
     def steps(self, step: int) -> pd.DataFrame:
-        """step_metrics rows of ``step`` (every rank), from the kept step table (in step order)."""
+        """step_metrics rows of ``step`` (every rank), from the kept step table (in step order): that
+        step's rows alone (RunCache.get_rows); from a table kept in one piece (an older syncviz's
+        cache), the whole table read once, and a slice of it."""
+        if self._by_step is None:
+            rows = self._rows_of(step)
+            if rows is not None:
+                return rows
         with self._lock:
             if self._by_step is None:
                 table = self._steps_of()

@@ -75,7 +75,7 @@ class LoadedRun:
                 raise TraceError(partial)
             self._open()
         else:   # what the reader found and the step index, from the cache: the events are read on first use
-            self.meta, (self.layouts, _) = T.read_meta(path), T.load_layouts(path)
+            self.meta, (self.layouts, _) = T.read_meta(path), T.load_layouts(path, lowest=True)  # bucket_map's (_open: all)
             self.problems, self.incomplete_ranks = facts["problems"], facts["incomplete_ranks"]
             self.ranks, self.n_buckets = facts["ranks"], facts["n_buckets"]
             self.step_list = np.array(facts["steps"], dtype=np.int64)
