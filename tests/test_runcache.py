@@ -78,8 +78,8 @@ def test_one_steps_rows_are_read_from_their_row_groups_alone(tmp_path, monkeypat
     import pyarrow.parquet as pq
     assert pq.ParquetFile(run / RC.CACHE_DIR / "steps.parquet").num_row_groups == 6
     read = []
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", lambda self, groups, _r=pq.ParquetFile.read_row_groups:
-                        read.append(list(groups)) or _r(self, groups))
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", lambda self, groups, _r=pq.ParquetFile.read_row_groups, **kw:
+                        read.append(list(groups)) or _r(self, groups, **kw))
     again = RC.RunCache(run, RC.signature(run))
     for step in [0, 2, 4, 16, 3, 99]:
         want = steps[steps["step"] == step].reset_index(drop=True)
