@@ -76,16 +76,23 @@ def test_one_steps_rows_are_read_from_their_row_groups_alone(tmp_path, monkeypat
     cache = RC.RunCache(run, RC.signature(run))
     assert cache.put("steps", steps)
     import pyarrow.parquet as pq
+    from syncviz.views import cacherows
     assert pq.ParquetFile(run / RC.CACHE_DIR / "steps.parquet").num_row_groups == 6
     read = []
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", lambda self, groups, _r=pq.ParquetFile.read_row_groups, **kw:
-                        read.append(list(groups)) or _r(self, groups, **kw))
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", lambda self, i, _r=pq.ParquetFile.read_row_group, **kw:
+                        read.append(i) or _r(self, i, **kw))
+    monkeypatch.setattr(cacherows, "KEEP_GROUPS", 4)
     again = RC.RunCache(run, RC.signature(run))
-    for step in [0, 2, 4, 16, 3, 99]:
+    for step in [0, 2, 4, 16, 3, 99, 10, 0]:
         want = steps[steps["step"] == step].reset_index(drop=True)
         pd.testing.assert_frame_equal(again.get_rows("steps", "step", step), want, check_exact=True)
-    # groups of 5 rows hold steps 0-2, 2-6, 6-8, 10-12, 14-16 and 16: step 2's rows span two, as step 16's
-    assert read == [[0], [0, 1], [1], [4, 5], [1], []]
+    # groups of 5 rows hold steps 0-2, 2-6, 6-8, 10-12, 14-16 and 16: step 2's rows span two, as step
+    # 16's; the last 4 groups read stay decoded, so step 10's group puts out group 0, read again for step 0
+    assert read == [0, 1, 4, 5, 3, 0]
+    changed = steps.assign(step_ns=steps["step_ns"] + 1)       # kept again: read from the new file
+    assert again.put("steps", changed)
+    pd.testing.assert_frame_equal(again.get_rows("steps", "step", 4), changed[changed["step"] == 4].reset_index(drop=True),
+                                  check_exact=True)
     assert again.get_rows("never-written", "step", 0) is None
     monkeypatch.setattr(RC, "ROW_GROUP_ROWS", 100)             # kept in one group of 27 rows (older syncviz) ...
     assert cache.put("steps", steps)

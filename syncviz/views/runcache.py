@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from syncviz import __version__
 from syncviz.analysis.rank_pass import DIR as RANK_PASSES   # each rank's first pass: checked on use, kept
 from syncviz.codedigest import code_digest
+from syncviz.views.cacherows import RowGroups, labelled
 from syncviz.trace import schema as S
 from syncviz.trace import spans as SP
 
@@ -48,8 +48,8 @@ STAMP = "stamp.json"
 STALE_S = 300.0    # an unfinished run untouched this long has stopped: it is incomplete, not recording
 # A kept frame's Parquet row groups: 8 steps of a 1,024-rank step table, so the Replay reads one
 # step's rows (get_rows) where it read the whole table on a first open: 0.15 s warm, 0.39 s out of
-# the page cache, for the 10^8-event DDP run's 800,000 rank-steps (53 MB; session 43). One step's
-# rows then take ~3-5 ms; the whole table reads as fast as from one group (0.19 against 0.23 s).
+# the page cache, for the 10^8-event DDP run's 800,000 rank-steps (53 MB; session 43; cacherows.py).
+# The whole table reads as fast from these groups as from one (0.19 against 0.23 s).
 ROW_GROUP_ROWS = 8192
 
 
@@ -221,17 +221,7 @@ def _write_frame(df: pd.DataFrame, path: Path) -> dict:
 
 
 def _read_frame(spec: dict, folder: Path) -> pd.DataFrame:
-    return _labelled(pd.read_parquet(folder / spec["file"]), spec)
-
-
-def _labelled(df: pd.DataFrame, spec: dict) -> pd.DataFrame:
-    """A frame read from its Parquet file, with the column labels its spec keeps."""
-    if spec.get("columns_range") is not None:
-        return df.set_axis(pd.RangeIndex(*spec["columns_range"], name=spec["columns_name"]), axis=1)
-    cols = pd.Index(spec["columns"], name=spec["columns_name"])
-    if len(cols) and str(cols.dtype) != spec["columns_dtype"]:
-        cols = cols.astype(spec["columns_dtype"])
-    return df.set_axis(cols, axis=1)
+    return labelled(pd.read_parquet(folder / spec["file"]), spec)
 
 
 class RunCache:
@@ -245,7 +235,7 @@ class RunCache:
         self._valid: bool | None = None
         self.writable = True
         self._write_lock = threading.Lock()     # one writer at a time (the dashboard writes in threads)
-        self._parquet: dict[str, pq.ParquetFile] = {}    # get_rows's open files
+        self._groups: dict[tuple, RowGroups] = {}      # get_rows's open files
 
     def valid(self) -> bool:
         if self._valid is None:
@@ -282,25 +272,16 @@ class RunCache:
         if not self.valid():
             return None
         try:
-            spec = json.loads((self.folder / f"{key}.json").read_text())
-            with self._write_lock:      # one ParquetFile a key, its footer parsed once; reads in turn
-                if key not in self._parquet:
-                    self._parquet[key] = pq.ParquetFile(self.folder / spec["file"])
-                pf = self._parquet[key]
-                at = pf.schema_arrow.get_field_index(f"c{spec['columns'].index(column)}")
-                stats = [(g.num_rows, g.column(at).statistics) for g in map(pf.metadata.row_group, range(pf.num_row_groups))]
-                hold = [i for i, (_, st) in enumerate(stats) if not (st and st.has_min_max) or st.min <= value <= st.max]
-                if sum(stats[i][0] for i in hold) > 4 * ROW_GROUP_ROWS:
-                    return None
-                # without Arrow's thread pool: 1.3 + 0.4 ms against 5.4 + 14 ms for 8,192 rows on a busy machine
-                df = pf.read_row_groups(hold, use_threads=False).to_pandas(use_threads=False)
+            with self._write_lock:      # one RowGroups a key and column (its file opened once); reads in turn
+                if (key, column) not in self._groups:
+                    spec = json.loads((self.folder / f"{key}.json").read_text())
+                    self._groups[(key, column)] = RowGroups(self.folder / spec["file"], spec, column)
+                return self._groups[(key, column)].rows(value, 4 * ROW_GROUP_ROWS)
         except FileNotFoundError:
             return None
         except Exception as e:     # as get: a damaged entry is never trusted
             log.warning("%s: cached %s unreadable (%s)", self.run_dir.name, key, e)
             return None
-        df = _labelled(df, spec)
-        return df[df[column].to_numpy() == value].reset_index(drop=True)
 
     def put(self, key: str, value: Any) -> bool:
         """Store ``value`` (a JSON-able dict or list, a DataFrame or a tuple of DataFrames) if it
@@ -329,7 +310,8 @@ class RunCache:
                 return False
 
     def _put(self, key: str, value: Any) -> bool:
-        self._parquet.pop(key, None)           # get_rows opens the new file
+        for k in [k for k in self._groups if k[0] == key]:     # get_rows opens the new file
+            del self._groups[k]
         with tempfile.TemporaryDirectory(dir=self.folder, prefix=".tmp-") as tmp:
             tmp = Path(tmp)
             if isinstance(value, pd.DataFrame):
