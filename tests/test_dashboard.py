@@ -311,6 +311,17 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     finally:
         C.set_store(old)
     assert len(steps_fig["data"]) and not recording
+    # a fresh server: the Ratios page reads the 4 step columns it draws alone, the same numbers
+    from dash._utils import to_json
+    fresh = RunStore(tmp_path / "runs", max_run_bytes=10_000)
+    cols = ["step", "compute_comm_ratio", "overlap_pct", "exposed_ns"]
+    pd.testing.assert_frame_equal(fresh.get("big").step_columns(cols), truth.step_table()[cols], check_exact=True)
+    C.set_store(fresh)
+    try:
+        assert to_json(ratio_figures("big")[0]) == to_json(steps_fig)
+    finally:
+        C.set_store(old)
+    assert "steps" not in fresh.get("big")._cache, "the whole step table was not read"
     # the rank × step lateness map from what the summary kept: the whole read's, exactly
     pd.testing.assert_frame_equal(run.rank_skew(), truth.rank_skew(), check_exact=True)
     assert skew_fig["data"][0]["type"] == "heatmap" and len(skew_fig["data"][0]["y"]) == 8

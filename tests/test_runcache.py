@@ -106,6 +106,34 @@ def test_one_steps_rows_are_read_from_their_row_groups_alone(tmp_path, monkeypat
     assert RC.RunCache(run, RC.signature(run)).get_rows("steps", "step", 4) is None
 
 
+def test_some_columns_of_a_kept_frame_are_read_alone(tmp_path, monkeypatch):
+    """get_columns (the Ratios page's step columns): exactly those columns of what get gives, in the
+    order asked, read from the file without the others; None for a column the frame lacks, a
+    damaged file and a stale cache."""
+    run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
+    rng = np.random.default_rng(1)
+    steps = pd.DataFrame({"rank": np.tile(np.arange(3), 4), "step": np.repeat(np.arange(4), 3),
+                          "step_ns": rng.integers(0, 10**9, 12), "overlap_pct": rng.random(12),
+                          "name": list("abcdefghijkl")})
+    steps.loc[5, "overlap_pct"] = np.nan
+    cache = RC.RunCache(run, RC.signature(run))
+    assert cache.put("steps", steps)
+    read = []
+    monkeypatch.setattr(pd, "read_parquet", lambda path, _r=pd.read_parquet, **kw: read.append(kw.get("columns")) or _r(path, **kw))
+    again = RC.RunCache(run, RC.signature(run))
+    for cols in (["step", "overlap_pct"], ["name", "rank"], ["step"]):
+        pd.testing.assert_frame_equal(again.get_columns("steps", cols), again.get("steps")[cols], check_exact=True)
+    assert read == [["c1", "c3"], None, ["c4", "c0"], None, ["c1"], None]     # get_columns' reads, then get's
+    assert again.get_columns("steps", ["step", "no such column"]) is None
+    assert again.get_columns("never-written", ["step"]) is None
+    (run / RC.CACHE_DIR / "steps.parquet").write_bytes(b"PAR1 truncated")
+    assert RC.RunCache(run, RC.signature(run)).get_columns("steps", ["step"]) is None
+    assert cache.put("steps", steps)
+    rank = next(run.glob("rank-*.arrow"))
+    os.utime(rank, ns=(rank.stat().st_atime_ns, rank.stat().st_mtime_ns + 1_000_000))
+    assert RC.RunCache(run, RC.signature(run)).get_columns("steps", ["step"]) is None
+
+
 def test_values_that_do_not_round_trip_are_not_cached(tmp_path):
     run = fresh_copy(ROOT / "tests/data/ddp-2rank", tmp_path / "run")
     cache = RC.RunCache(run, RC.signature(run))

@@ -343,6 +343,35 @@ def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():
     assert len(few["y"]) == MAX_HEAT_ROWS and few["z"][7].max() == 5.5 and few["hovertemplate"].startswith("rank %{y}")
 
 
+def test_ratios_rank_step_map_of_many_ranks_is_binned_with_the_latest_of_each_row():
+    """The Ratios page's rank × step map (analysis.lateness_matrix) bins ranks as the Replay's heatmap:
+    above MAX_HEAT_ROWS ranks a row holds k ranks and, per step, the latest of them (a rank with no
+    value in a step is skipped, not a gap); to the µs, gaps where no rank of the row has a value."""
+    from syncviz.dashboard.figures.charts import skew_heatmap_figure
+    from syncviz.dashboard.figures.timeline import MAX_HEAT_ROWS
+
+    def matrix(n, slow):
+        m = pd.DataFrame(np.tile([0.0, 250_000.4, 500_000.0], (n, 1)), index=pd.Index(np.arange(n), name="rank"),
+                         columns=pd.Index([3, 4, 5], name="step"))
+        m.loc[slow] += 5_000_000
+        return m
+    table = matrix(1024, 517)
+    table.loc[516, 4] = np.nan                              # a rank without a value in one step
+    table.loc[[1020, 1021, 1022, 1023], 5] = np.nan         # no rank of the last row in step 5
+    fig = skew_heatmap_figure(table)
+    tr = fig["data"][0]
+    assert len(tr["y"]) == 256 and tr["y"][:2] == ["0–3", "4–7"] and tr["y"][-1] == "1020–1023"
+    assert np.argwhere(tr["z"] >= 5.0)[:, 0].tolist() == [129, 129, 129] and tr["y"][129] == "516–519"
+    assert tr["z"][129].tolist() == [5.0, 5.25, 5.5] and tr["z"][0].tolist() == [0.0, 0.25, 0.5]
+    assert np.isnan(tr["z"][255, 2]) and tr["z"][255, :2].tolist() == [0.0, 0.25]
+    assert "a row per 4 ranks" in fig["layout"]["title"]["text"] and tr["hovertemplate"].startswith("ranks %{y}")
+    assert fig["layout"]["yaxis"]["type"] == "category" and tr["x"] == [3, 4, 5]
+    assert skew_heatmap_figure(matrix(MAX_HEAT_ROWS + 1, 0))["data"][0]["y"][-1] == f"{MAX_HEAT_ROWS}–{MAX_HEAT_ROWS}"
+    few = skew_heatmap_figure(matrix(MAX_HEAT_ROWS, 7))["data"][0]     # a row a rank: as before
+    assert few["y"] == list(range(MAX_HEAT_ROWS)) and few["z"][7].max() == 5.5
+    assert few["hovertemplate"].startswith("rank %{y}")
+
+
 def test_bucket_labels_only_where_they_fit(tmp_path):
     """A bucket's service part is a labelled bar ("b1") only where it spans LABEL_MIN_SPAN of the
     time axis: Plotly shrinks a label into any bar, unreadable on a narrow one, and the labels cost

@@ -24,6 +24,7 @@ from syncviz.trace import spans as SP
 from syncviz import trace as T
 from syncviz.trace import TraceError
 from syncviz.views import runcache as RC
+from syncviz.views.timeline import bucket_param_labels
 
 from syncviz.dashboard.data.keptstep import KeptReplay, KeptStep, read_step
 from syncviz.dashboard.data.stepindex import StepIndex
@@ -102,7 +103,9 @@ class LoadedRun:
             self.meta, self.layouts = files.meta, files.layouts
             self.problems, self.incomplete_ranks = files.problems, files.incomplete_ranks
             self.table = files.table
-            self._index_steps()
+            ix = StepIndex(self.table)
+            self._batches, self._by_step, self._mixed = ix.batches, ix.by_step, ix.mixed
+            self.step_list, self._step_set, self._extents, self.n_buckets = ix.step_list, ix.step_set, ix.extents, ix.n_buckets
             self.ranks = sorted(int(r) for r in pc.unique(self.table.column("rank")).to_pylist())
             self.blocks = Blocks(self.step_list.tolist(), self.table.num_rows / max(1, len(self.step_list)),
                                  self.events_of, self.name)
@@ -116,11 +119,6 @@ class LoadedRun:
         return {"problems": list(self.problems), "incomplete_ranks": list(self.incomplete_ranks),
                 "ranks": list(self.ranks), "n_buckets": int(self.n_buckets), "steps": self.step_list.tolist(),
                 "extent_steps": [int(k) for k in steps], "extent_ms": [float(self._extents[k]) for k in steps]}
-
-    def _index_steps(self) -> None:
-        ix = StepIndex(self.table)
-        self._batches, self._by_step, self._mixed = ix.batches, ix.by_step, ix.mixed
-        self.step_list, self._step_set, self._extents, self.n_buckets = ix.step_list, ix.step_set, ix.extents, ix.n_buckets
 
     # ----------------------------------------------------------------------- run-level facts
     @property
@@ -274,6 +272,11 @@ class LoadedRun:
     def step_table(self) -> pd.DataFrame:
         return self._cached("steps", lambda: self._step_ordered("steps", self.whole_steps))
 
+    def step_columns(self, columns: list[str]) -> pd.DataFrame:
+        """step_table()[columns], from those columns of the kept table alone where it is not in memory."""
+        kept = None if "steps" in self._cache else self.disk.get_columns("steps", columns)
+        return kept if kept is not None else self.step_table()[columns]
+
     def bucket_table(self) -> pd.DataFrame:
         def build():   # comm_metrics of whole steps (queue and exposed depend only on the step): the bucket rows
             comm = self._step_ordered("comm", self.whole_comm)
@@ -316,10 +319,7 @@ class LoadedRun:
     def bucket_params(self) -> dict:
         """(layout, bucket) -> "N params: a, b, …" for hover text; layout -1 (not recorded on the
         event) means the latest layout."""
-        def build():
-            from syncviz.views.timeline import bucket_param_labels
-            return bucket_param_labels(self.bucket_map())
-        return self._cached("bucket_params", build)
+        return self._cached("bucket_params", lambda: bucket_param_labels(self.bucket_map()))
 
     # ------------------------------------------------------------------------- one step
     def events_of(self, steps: list[int]) -> pd.DataFrame:

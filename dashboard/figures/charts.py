@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.dashboard.figures.timeline import BUCKET_SCALE, empty_figure
+from syncviz.dashboard.figures.timeline import BUCKET_SCALE, empty_figure, rank_rows
 from syncviz.views import palette as P
 
 GL_POINTS = 2000    # above this many points per line, draw it with WebGL
@@ -227,25 +227,41 @@ def over_steps_figure(spread: dict[str, pd.DataFrame], live: bool = False) -> di
 def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
     """Rank × step heatmap of launch lateness (ms late vs the first rank; analysis.lateness_matrix
     of analysis.sync_lateness: buckets, or every collective in steps without buckets): a straggler
-    is a hot row. Runs with more steps than max_cols show every k-th step (labelled) to stay light."""
+    is a hot row. Runs with more steps than max_cols show every k-th step (labelled) to stay light.
+    Above MAX_HEAT_ROWS ranks a row holds k ranks ("512–515"), the latest of them, as the Replay's
+    heatmap (figures.timeline.rank_rows). Why: the 10^8-event DDP run's map (1,024 ranks × 781
+    steps, in full float precision, as lists) was a 14.9 MB response; the page was drawn 2.45-2.79 s
+    after it was opened (benchmarks/dashboard.py's first_open_pages, session 44)."""
     if table is None or not len(table):
         return empty_figure("no collectives seen on two or more ranks")
     cols = table.columns.to_numpy()
     if len(cols) > max_cols:
         table = table.iloc[:, ::int(np.ceil(len(cols) / max_cols))]
     z = table.to_numpy(dtype=float) / 1e6
-    ranks, steps = table.index.tolist(), table.columns.tolist()
-    yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
-    if len(ranks) <= 32:   # integer ticks on the rows (not -0.5 / 0.5 / 1.5 with 2 ranks)
-        yaxis.update(tickmode="array", tickvals=ranks, ticktext=[str(r) for r in ranks])
+    ranks, steps = table.index.to_numpy(), table.columns.tolist()
+    k, rows = rank_rows(ranks)
+    if k > 1:          # the latest of each row's ranks; NaN only where none of them has a value
+        with np.errstate(invalid="ignore"):
+            z = np.fmax.reduceat(z, np.arange(0, len(ranks), k), axis=0)
+    # to the µs, as the Replay's heatmap; a NaN is a gap (null in the figure's JSON), and z stays an
+    # array, which Dash's JSON writes whole (as lists, a Python object per cell)
+    z = np.round(z, 3)
+    yaxis = {"title": {"text": "rank" if k == 1 else f"ranks, {k} a row"}, "autorange": "reversed"}
+    if k > 1:
+        yaxis["type"] = "category"
+    elif len(ranks) <= 32:   # integer ticks on the rows (not -0.5 / 0.5 / 1.5 with 2 ranks)
+        yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks.tolist()])
     xaxis = {"title": {"text": "step"}}
     if len(steps) <= 40:
         xaxis.update(tickmode="array", tickvals=steps, ticktext=[str(c) for c in steps])
-    return {"data": [{"type": "heatmap", "z": np.where(np.isnan(z), None, z).tolist(),
-                      "x": steps, "y": ranks, "colorscale": P.HEAT_SCALE, "zmin": 0,
+    who, when = ("rank", "launched") if k == 1 else ("ranks", "the latest of them launched")
+    title = "Launch skew, rank × step: stragglers are hot rows" + (f" · a row per {k} ranks: the latest of them"
+                                                                   if k > 1 else "")
+    return {"data": [{"type": "heatmap", "z": z, "x": steps, "y": ranks.tolist() if k == 1 else rows,
+                      "colorscale": P.HEAT_SCALE, "zmin": 0,
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
-                      "hovertemplate": "rank %{y} · step %{x}<br>launched %{z:.2f} ms after the first rank "
+                      "hovertemplate": f"{who} %{{y}} · step %{{x}}<br>{when} %{{z:.2f}} ms after the first rank "
                                        "(mean over its buckets, or collectives in a step without buckets)<extra></extra>"}],
-            "layout": {"title": _title("Launch skew, rank × step: stragglers are hot rows"),
-                       "height": int(min(800, max(300, 160 + 10 * len(table)))), "margin": MARGIN,
+            "layout": {"title": _title(title),
+                       "height": int(min(800, max(300, 160 + 10 * len(rows)))), "margin": MARGIN,
                        "xaxis": xaxis, "yaxis": yaxis}}

@@ -36,12 +36,8 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     # rank × bucket grid (max over micro-steps), filled with numpy: pivot_table costs ~20 ms here,
     # and np.unique's sorts and np.maximum.at ~25 ms at 1,024 ranks × 243 collectives (session 10).
     ranks, r_idx = _codes(lateness["rank"].to_numpy())
-    k = -(-len(ranks) // MAX_HEAT_ROWS)          # ranks per row
-    rows: np.ndarray | list = ranks
-    if k > 1:
-        r_idx = r_idx // k
-        last = ranks[np.minimum(np.arange(k - 1, len(ranks) + k - 1, k), len(ranks) - 1)]
-        rows = [f"{a}–{b}" for a, b in zip(ranks[::k].tolist(), last.tolist())]
+    k, rows = rank_rows(ranks)
+    r_idx = r_idx // k
     buckets, b_idx = _codes(lateness["bucket"].to_numpy())
     first = lateness.drop_duplicates("bucket").set_index("bucket")["label"] if "label" in lateness else None
     # labelled: any row has a label. A step's columns each carry one label (all buckets: "", or all
@@ -88,6 +84,17 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
                        "height": height, "margin": {"l": 70 if k == 1 else 100, "r": 20, "t": 50, "b": 50},
                        "xaxis": xaxis, "yaxis": yaxis}}
+
+
+def rank_rows(ranks: np.ndarray) -> tuple[int, np.ndarray | list]:
+    """(k, rows) of a heatmap with a row per rank (``ranks`` sorted): k ranks a row, so that there are
+    at most MAX_HEAT_ROWS rows, each named by its ranks ("512–515") where k > 1; rank i is in row
+    i // k. Its cell then holds the latest of them (the straggler stays the hot row)."""
+    k = max(1, -(-len(ranks) // MAX_HEAT_ROWS))
+    if k == 1:
+        return 1, ranks
+    last = ranks[np.minimum(np.arange(k - 1, len(ranks) + k - 1, k), len(ranks) - 1)]
+    return k, [f"{a}–{b}" for a, b in zip(ranks[::k].tolist(), last.tolist())]
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

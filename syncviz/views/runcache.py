@@ -264,6 +264,22 @@ class RunCache:
             log.warning("%s: cached %s unreadable (%s); recomputing", self.run_dir.name, key, e)
         return None
 
+    def get_columns(self, key: str, columns: list[str]) -> pd.DataFrame | None:
+        """``get(key)[columns]`` of a kept frame, reading those columns alone; None where ``get``
+        gives None or the frame has no such column."""
+        if not self.valid():
+            return None
+        try:
+            spec = json.loads((self.folder / f"{key}.json").read_text())
+            at = [spec["columns"].index(c) for c in columns]
+            part = pd.read_parquet(self.folder / spec["file"], columns=[f"c{i}" for i in at])
+            return labelled(part, {**spec, "columns": columns, "columns_range": None})
+        except FileNotFoundError:
+            return None
+        except Exception as e:     # as get: a damaged entry (or a column it lacks) is never trusted
+            log.warning("%s: cached %s unreadable (%s)", self.run_dir.name, key, e)
+            return None
+
     def get_rows(self, key: str, column: str, value) -> pd.DataFrame | None:
         """The rows of the kept frame ``key`` whose ``column`` equals ``value``, in the frame's order
         and with a fresh RangeIndex, read from the row groups whose statistics may hold ``value``.

@@ -43,9 +43,12 @@ def nums(values) -> map:
 def rect_path(name, y, start, end, fill, line, width) -> dict:
     """Bars from ``start`` to ``end`` on rows ``y`` as one SVG path (a layout shape, drawn between
     the grid and the traces, as a bar trace is); its legend entry is legend_only's."""
-    y = np.asarray(y, dtype=float)
-    path = "".join(f"M{a},{y0}H{b}V{y1}H{a}Z"
-                   for a, y0, b, y1 in zip(nums(start), nums(y - BAND / 2), nums(end), nums(y + BAND / 2)))
+    # a row's two edges as text once (a step's bars lie on a few rows): 3.9 -> 2.7 ms for the ~3,250
+    # bars of a 1,024-rank ZeRO-3 step's four ranks (timeit); the same text, number for number
+    rows = np.asarray(y, dtype=float).tolist()
+    top = {v: f",{v - BAND / 2!r}H" for v in set(rows)}
+    bottom = {v: f"V{v + BAND / 2!r}H" for v in top}
+    path = "".join([f"M{a}{top[v]}{b}{bottom[v]}{a}Z" for a, v, b in zip(nums(start), rows, nums(end))])
     return {"type": "path", "path": path, "layer": "between", "fillcolor": fill,
             "line": {"width": width, "color": line}, "name": name, "legendgroup": name}
 
