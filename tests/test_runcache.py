@@ -225,6 +225,7 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     assert RC._same(cold._facts(), kept.get("facts"))
     same(cold.summary(), kept.get("summary"), "summary")
     same(kept.get("steps"), cold.step_table(), "steps")
+    same(kept.get("time_split"), cold.time_split(), "time_split")       # the Strategies page's split of a step
     ref = cold.rank_skew()
     if len(ref):
         same(kept.get("rank_skew"), ref, "rank_skew")     # Ratios' rank × step lateness map
@@ -243,6 +244,8 @@ def test_partitioned_summary_keeps_what_the_dashboard_computes(tmp_path, src):
     same_stats(warm.bucket_stats(), cold.bucket_stats())
     same({**warm.comparison(), "path": ""}, {**cold.comparison(), "path": ""}, "comparison")
     same(warm.op_bytes(), cold.op_bytes(), "op_bytes")
+    same(warm.time_split(), cold.time_split(), "time_split")
+    assert "steps" not in warm._cache, "the time split was kept: no step table read for it"
     for k, r, what in zip(warm.distributed(), cold.distributed(), ("rank_breakdown", "collective_kinds")):
         same(k, r, what)
     assert not warm._opened, "the Buckets, Strategies and Distributed pages' tables came from what the summary kept"

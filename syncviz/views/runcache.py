@@ -35,6 +35,7 @@ import pandas as pd
 
 from syncviz import __version__
 from syncviz.analysis.rank_pass import DIR as RANK_PASSES   # each rank's first pass: checked on use, kept
+from syncviz.analysis.tables import time_split
 from syncviz.codedigest import code_digest
 from syncviz.views.cacherows import RowGroups, labelled
 from syncviz.trace import schema as S
@@ -85,7 +86,7 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios,
     Buckets, Strategies and Distributed.
     Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
-    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness),
+    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness), ``time_split``,
     ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats),
     ``comparison`` and ``op_bytes``: the Strategies page's (summarize(compare=True)), ``distributed``:
     the Distributed page's (distributed.rank_breakdown and collective_kinds, from the partitions).
@@ -100,6 +101,7 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     cache = RunCache(run_dir, sig)
     steps = tables.steps.sort_values("step", kind="stable").reset_index(drop=True) if len(tables.steps) else tables.steps
     kept = [cache.put("summary", tables.summary), cache.put("steps", steps)]
+    cache.put("time_split", time_split(steps))    # the Strategies page's (the step table read whole: 0.5 GB, ~1 s at 10^8)
     if tables.spans is not None:     # not needed to open the run: each step is then read from the start
         cache.put("spans", tables.spans)
     if tables.rank_skew is not None:     # Ratios' rank × step lateness map (a note without it)
