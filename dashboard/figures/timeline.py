@@ -88,8 +88,8 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
 
 def rank_rows(ranks: np.ndarray) -> tuple[int, np.ndarray | list]:
     """(k, rows) of a heatmap with a row per rank (``ranks`` sorted): k ranks a row, so that there are
-    at most MAX_HEAT_ROWS rows, each named by its ranks ("512–515") where k > 1; rank i is in row
-    i // k. Its cell then holds the latest of them (the straggler stays the hot row)."""
+    at most MAX_HEAT_ROWS rows, each named by its ranks ("512–515") where k > 1; the i-th rank is in
+    row i // k, whose cell the caller fills with the latest of them (the straggler stays the hot row)."""
     k = max(1, -(-len(ranks) // MAX_HEAT_ROWS))
     if k == 1:
         return 1, ranks

@@ -82,11 +82,11 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     """Keep what the partitioned summary (analysis.partitioned.SummaryTables) found in the run's
     cache, under the dashboard's keys (dashboard/data/loaded.py, PERSISTED): ``facts`` (the step
     index), ``summary`` and ``steps`` (the step table in step order). These are the values the
-    dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it
-    opens a run too big to read whole: the Runs list, the Replay of one step at a time, Ratios,
-    Buckets, Strategies and Distributed.
+    dashboard computes from the whole run (tests/test_runcache.py compares them), and with them it opens
+    a run too big to read whole: the Runs list, the Replay of one step at a time and every other page.
     Also ``spans``: where each rank file's batches lie (trace.spans), so a step is read alone, and
-    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness), ``time_split``,
+    ``rank_skew``: the rank × step lateness map (metrics.lateness_matrix of tables.sync_lateness),
+    ``time_split``: the Strategies page's split of the mean step (tables.time_split of that step table),
     ``bucket_stats``: the Buckets page's distributions per bucket (partials.combine_bucket_stats),
     ``comparison`` and ``op_bytes``: the Strategies page's (summarize(compare=True)), ``distributed``:
     the Distributed page's (distributed.rank_breakdown and collective_kinds, from the partitions).
@@ -101,7 +101,7 @@ def put_summary(run_dir: str | os.PathLike, tables, sig: tuple) -> bool:
     cache = RunCache(run_dir, sig)
     steps = tables.steps.sort_values("step", kind="stable").reset_index(drop=True) if len(tables.steps) else tables.steps
     kept = [cache.put("summary", tables.summary), cache.put("steps", steps)]
-    cache.put("time_split", time_split(steps))    # the Strategies page's (the step table read whole: 0.5 GB, ~1 s at 10^8)
+    cache.put("time_split", time_split(steps))    # else read from the whole step table: 0.5 GB, ~1 s at 10^8
     if tables.spans is not None:     # not needed to open the run: each step is then read from the start
         cache.put("spans", tables.spans)
     if tables.rank_skew is not None:     # Ratios' rank × step lateness map (a note without it)
