@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -247,11 +247,26 @@ class RunCache:
                 self._valid = False
         return self._valid
 
-    def get(self, key: str) -> Any | None:
+    def _kept(self, key: str, read: Callable[[], Any], then: str = "") -> Any | None:
+        """``read()`` of the entry ``key``: None where the cache is stale or holds no such entry; an
+        entry ``read`` cannot read (damaged, or not what the caller asked of it) is logged and None,
+        never trusted (``then``: what the log line adds)."""
         if not self.valid():
             return None
         try:
-            spec = json.loads((self.folder / f"{key}.json").read_text())
+            return read()
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            log.warning("%s: cached %s unreadable (%s)%s", self.run_dir.name, key, e, then)
+            return None
+
+    def _spec(self, key: str) -> dict:
+        return json.loads((self.folder / f"{key}.json").read_text())
+
+    def get(self, key: str) -> Any | None:
+        def read():
+            spec = self._spec(key)
             if spec["type"] == "json":
                 return spec["value"]
             if spec["type"] == "frame":
@@ -260,46 +275,31 @@ class RunCache:
                 return tuple(_read_frame(s, self.folder) for s in spec["frames"])
             if spec["type"] == "files":
                 return {"folder": self.folder, "items": spec["items"]}
-        except FileNotFoundError:
             return None
-        except Exception as e:     # a damaged entry is recomputed, never trusted
-            log.warning("%s: cached %s unreadable (%s); recomputing", self.run_dir.name, key, e)
-        return None
+        return self._kept(key, read, "; recomputing")      # a damaged entry is recomputed
 
     def get_columns(self, key: str, columns: list[str]) -> pd.DataFrame | None:
         """``get(key)[columns]`` of a kept frame, reading those columns alone; None where ``get``
         gives None or the frame has no such column."""
-        if not self.valid():
-            return None
-        try:
-            spec = json.loads((self.folder / f"{key}.json").read_text())
+        def read():
+            spec = self._spec(key)
             at = [spec["columns"].index(c) for c in columns]
             part = pd.read_parquet(self.folder / spec["file"], columns=[f"c{i}" for i in at])
             return labelled(part, {**spec, "columns": columns, "columns_range": None})
-        except FileNotFoundError:
-            return None
-        except Exception as e:     # as get: a damaged entry (or a column it lacks) is never trusted
-            log.warning("%s: cached %s unreadable (%s)", self.run_dir.name, key, e)
-            return None
+        return self._kept(key, read)
 
     def get_rows(self, key: str, column: str, value) -> pd.DataFrame | None:
         """The rows of the kept frame ``key`` whose ``column`` equals ``value``, in the frame's order
         and with a fresh RangeIndex, read from the row groups whose statistics may hold ``value``.
         None where ``get`` gives None, and where those groups hold more than 4 * ROW_GROUP_ROWS rows
         (a frame kept in one group by an older syncviz): read it whole once instead."""
-        if not self.valid():
-            return None
-        try:
+        def read():
             with self._write_lock:      # one RowGroups a key and column (its file opened once); reads in turn
                 if (key, column) not in self._groups:
-                    spec = json.loads((self.folder / f"{key}.json").read_text())
+                    spec = self._spec(key)
                     self._groups[(key, column)] = RowGroups(self.folder / spec["file"], spec, column)
                 return self._groups[(key, column)].rows(value, 4 * ROW_GROUP_ROWS)
-        except FileNotFoundError:
-            return None
-        except Exception as e:     # as get: a damaged entry is never trusted
-            log.warning("%s: cached %s unreadable (%s)", self.run_dir.name, key, e)
-            return None
+        return self._kept(key, read)
 
     def put(self, key: str, value: Any) -> bool:
         """Store ``value`` (a JSON-able dict or list, a DataFrame or a tuple of DataFrames) if it
