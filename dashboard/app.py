@@ -20,6 +20,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from syncviz.dashboard import components as C
+from syncviz.dashboard import page_scripts
 from syncviz.dashboard.data.stepview import FOREGROUND
 from syncviz.dashboard.data.store import RunStore
 
@@ -30,7 +31,7 @@ def create_app(root: str | Path, max_run_bytes: int | None = None) -> dash.Dash:
     """Build the app for the runs under ``root`` (one app per process: pages are module-level)."""
     store = RunStore(root, max_run_bytes)
     C.set_store(store)
-    app = dash.Dash(__name__, use_pages=True, pages_folder="", title="syncviz",
+    app = page_scripts.Dash(__name__, use_pages=True, pages_folder="", title="syncviz",
                     assets_folder=str(Path(__file__).parent / "assets"),
                     suppress_callback_exceptions=True, update_title=None)
     import importlib

@@ -63,6 +63,25 @@ def store(app):
     return C.store()
 
 
+# ------------------------------------------------------------------------------------ page scripts
+def test_pages_load_dash_scripts_less_the_babel_polyfill(app):
+    """page_scripts: every page loads Dash's scripts but @babel/polyfill (its RegExp feature test takes
+    the tab's regular expressions off V8's fast path), and the regenerator runtime Dash's bundles call
+    before the renderer that calls it; a CDN's polyfill tag goes too, other tags stay."""
+    import re
+    from syncviz.dashboard.page_scripts import without_polyfill
+    html = app.server.test_client().get("/replay").get_data(as_text=True)
+    srcs = re.findall(r'<script[^>]*src="([^"]+)"', html)
+    assert srcs and not [s for s in srcs if "polyfill" in s]
+    runtime = next(i for i, s in enumerate(srcs) if "/assets/regenerator_runtime.js" in s)
+    renderer = next(i for i, s in enumerate(srcs) if "dash_renderer" in s)
+    assert runtime < renderer and any("react-dom" in s for s in srcs)
+    cdn = ('<script src="https://unpkg.com/@babel/polyfill@7.12.1/dist/polyfill.min.js"></script>\n'
+           '<script src="https://unpkg.com/react@18.3.1/umd/react.production.min.js"></script>\n'
+           '<script src="/_dash-component-suites/dash/deps/polyfill@7.v4_4_1m1.12.1.min.js"></script>\n')
+    assert without_polyfill(cdn) == '<script src="https://unpkg.com/react@18.3.1/umd/react.production.min.js"></script>\n'
+
+
 # ------------------------------------------------------------------------------------ store
 
 def test_discovers_runs_by_relative_name(store):

@@ -356,6 +356,19 @@ def test_webgl_is_drawn_at_the_screens_pixel_ratio(server, browser):
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+def test_pages_run_without_the_babel_polyfill(server, browser):
+    """page_scripts.py: no page loads @babel/polyfill, Dash's bundles find the regenerator runtime
+    they call (assets/regenerator_runtime.js: without it no graph is drawn), and every page draws
+    with no error in the console."""
+    base, _ = server
+    browser.get(f"{base}/replay?run=synth24")
+    wait_for(lambda: shown_step(browser) == 1, "synth24 drawn", driver=browser)
+    assert browser.execute_script("return [window._babelPolyfill === undefined, typeof window.core, "
+                                  "typeof regeneratorRuntime.mark, Array.from(document.scripts)"
+                                  ".filter(s => /polyfill/.test(s.src)).length]") == [True, "undefined", "function", 0]
+    assert not js_errors(browser)
+
+
 def test_unknown_run_in_the_address_is_an_error(server, browser):
     base, _ = server
     browser.get(f"{base}/replay?run=does-not-exist")
