@@ -164,6 +164,19 @@ def need_browser() -> None:
                          "(bash .ci/browsers.sh installs them)")
 
 
+# Scripts run before any page script in every browser this benchmark opens (--babel-polyfill).
+INJECT: list[str] = []
+
+
+def polyfill_source() -> str:
+    """Dash's own @babel/polyfill, which the app no longer serves (dashboard/page_scripts.py)."""
+    import dash
+    found = sorted((Path(dash.__file__).parent / "deps").glob("polyfill@*.js"))
+    if not found:
+        raise SystemExit("this Dash ships no @babel/polyfill (dash/deps/polyfill@*.js)")
+    return found[-1].read_text()
+
+
 def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -174,7 +187,8 @@ def browser():
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     opts.binary_location = chromium
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_JS})
+    for source in (WATCH_JS, *INJECT):
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": source})
     return driver
 
 
@@ -325,6 +339,8 @@ def jump_breakdown(port: int, name: str, jumps: int, look: float) -> str:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     driver = T.traced_browser(WATCH_JS, CHROME_FLAGS)
+    for source in INJECT:
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": source})
     try:
         driver.get(f"http://127.0.0.1:{port}/replay?run={name}")
         wait_drawn(driver, None)
@@ -365,8 +381,13 @@ def main(argv=None) -> int:
     ap.add_argument("--pages-only", action="store_true", help="only time the first open of every page")
     ap.add_argument("--root", type=Path, help="time the Replay of a run of yours under ROOT (with --run) instead")
     ap.add_argument("--run", help="that run's name (a run too big to read whole: `syncviz summary` it first)")
+    ap.add_argument("--babel-polyfill", action="store_true",
+                    help="run Dash's @babel/polyfill before the page's scripts, as Dash served it before "
+                    "dashboard/page_scripts.py (to time the page as it was; benchmarks/page_scripts.py compares the two)")
     args = ap.parse_args(argv)
     need_browser()
+    if args.babel_polyfill:
+        INJECT.append(polyfill_source())
     if bool(args.root) != bool(args.run):
         ap.error("--root and --run go together")
     from selenium.webdriver.common.keys import Keys

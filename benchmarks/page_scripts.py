@@ -40,14 +40,6 @@ Plotly.react(gd, f.data, f.layout).then(() => {
 });"""
 
 
-def polyfill_source() -> str:
-    import dash
-    found = sorted((Path(dash.__file__).parent / "deps").glob("polyfill@*.js"))
-    if not found:
-        raise SystemExit("this Dash ships no @babel/polyfill (dash/deps/polyfill@*.js): nothing to compare")
-    return found[-1].read_text()
-
-
 def simulated_run(where: Path, steps: int) -> tuple[Path, str]:
     out = where / "z3"
     env = dict(os.environ, SYNCVIZ_RANK_PASS="never")
@@ -105,7 +97,7 @@ def main() -> None:
         figs = figures(root, name, 3)
         shapes = sum(s.get("path", "").count("Z") for s in figs[0]["layout"].get("shapes", []))
         print(f"{len(figs)} steps; the first has {shapes:,} bars in path shapes", flush=True)
-        source = polyfill_source()
+        source = B.polyfill_source()
         port = B.free_port()
         server = B.start_server(root, port)
         base = f"http://127.0.0.1:{port}"
