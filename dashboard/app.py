@@ -32,8 +32,8 @@ def create_app(root: str | Path, max_run_bytes: int | None = None) -> dash.Dash:
     store = RunStore(root, max_run_bytes)
     C.set_store(store)
     app = page_scripts.Dash(__name__, use_pages=True, pages_folder="", title="syncviz",
-                    assets_folder=str(Path(__file__).parent / "assets"),
-                    suppress_callback_exceptions=True, update_title=None)
+                            assets_folder=str(Path(__file__).parent / "assets"),
+                            suppress_callback_exceptions=True, update_title=None)
     import importlib
     for page in PAGES:   # importing a page registers it (dash.register_page) and its callbacks
         importlib.import_module(f"{__package__}.pages.{page}")

@@ -4,8 +4,8 @@
 // (core-js 2). The app does not serve that polyfill (dashboard/page_scripts.py): its feature test for
 // RegExp @@split assigns `constructor` on a RegExp, and V8 then takes every regular expression of the
 // page (its tab, for as long as it lives) off its fast path. Plotly reads each path shape's text with
-// regular expressions: Plotly.react of a 1,024-rank ZeRO-3 step's timeline took 81 ms with the
-// polyfill loaded and 37 ms without (headless Chromium, benchmarks/page_scripts.py). Nothing else of
+// regular expressions: Plotly.react of a 1,024-rank ZeRO-3 step's timeline took 85.9 ms with the
+// polyfill loaded and 36.3 ms without (headless Chromium, benchmarks/page_scripts.py). Nothing else of
 // the polyfill is used by a browser that runs Plotly.js 4.
 //
 // MIT License
