@@ -264,10 +264,18 @@ def test_run_too_big_to_open_whole_opens_from_what_syncviz_summary_kept(app, tmp
     from syncviz.views import runcache as RC
     big = write_synth_run(tmp_path / "runs" / "big", world=8, steps=6, n_buckets=4, straggler=3, straggle_ms=4)
     store = RunStore(tmp_path / "runs", max_run_bytes=10_000)
-    with pytest.raises(TraceError, match="run `syncviz summary"):
+    with pytest.raises(TraceError, match=r"run `syncviz summary \S+` once \("):
         store.get("big")
     r = CliRunner().invoke(cli, ["summary", str(big), "--jobs", "1"])
     assert r.exit_code == 0, r.output
+    # what it kept, from another syncviz (another code digest in the stamp): refused, saying to run it again
+    stamp = big / RC.CACHE_DIR / RC.STAMP
+    kept = stamp.read_text()
+    stamp.write_text(kept.replace(json.loads(kept)["code"], "0" * 16))
+    with pytest.raises(TraceError, match=r"run `syncviz summary \S+` again: what it kept is for other files or "
+                                         r"another syncviz \("):
+        RunStore(tmp_path / "runs", max_run_bytes=10_000).get("big")
+    stamp.write_text(kept)
     run = store.get("big")
     assert run.partial and not run._opened
     truth = LoadedRun("big", big, RC.signature(big))      # the whole read (it uses the same cache: compare
