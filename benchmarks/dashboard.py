@@ -254,10 +254,18 @@ def cpu_seconds(pid: int) -> float:
 PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "distributed")
 # True once the page's content is there: every graph drawn (not "loading…") or an error card; the
 # Runs page when its table has numbers.
+# true once page arguments[0] has drawn run arguments[1]; the card's text where it shows an error instead
 PAGE_READY_JS = """
 var main = document.querySelector('main'); if (!main) return false;
-if (arguments[0] === 'runs') { var t = main.querySelector('.runs-table'); return !!t && / ms/.test(t.innerText); }
-if (main.querySelector('.error-card')) return true;
+if (arguments[0] === 'runs') {
+  var t = main.querySelector('.runs-table'), want = arguments[1]; if (!t) return false;
+  var row = Array.from(t.querySelectorAll('tr')).find(function (r) {
+    var a = r.querySelector('a.run-link'); return a && a.innerText.trim() === want; });
+  if (!row) return false;
+  var bad = row.querySelector('.error-card'); if (bad) return bad.innerText;
+  return / ms/.test(row.innerText);
+}
+var card = main.querySelector('.error-card'); if (card) return card.innerText;
 var plots = main.querySelectorAll('.js-plotly-plot');
 if (!plots.length) return false;
 for (var i = 0; i < plots.length; i++) {
@@ -304,11 +312,14 @@ def first_open_pages(root: Path, pages=PAGES, timeout: float = 300.0, cached: bo
             cpu0 = cpu_seconds(server.pid)
             driver.get(f"http://127.0.0.1:{port}/{'' if page == 'runs' else page}?run={name}")
             t0 = time.time()
-            while not driver.execute_script(PAGE_READY_JS, page):
+            while not (ready := driver.execute_script(PAGE_READY_JS, page, name)):
                 if time.time() - t0 > timeout:
                     server.log.seek(0)
                     raise TimeoutError(f"{page}: not drawn within {timeout:.0f} s; server said: {server.log.read()[-4000:]}")
                 time.sleep(0.02)
+            if ready is not True:       # an error card is not a drawing: no time for it
+                raise SystemExit(f"benchmarks/dashboard.py: the {page} page of {name} shows an error, not the run: "
+                                 + " ".join(str(ready).split()))
             nav_ms = driver.execute_script("return performance.now();")
             out.append((page, nav_ms / 1e3, cpu_seconds(server.pid) - cpu0, peak_gb(server.pid)))
         finally:
