@@ -357,9 +357,9 @@ def test_webgl_is_drawn_at_the_screens_pixel_ratio(server, browser):
 
 
 def test_pages_run_without_the_babel_polyfill(server, browser):
-    """page_scripts.py: no page loads @babel/polyfill, Dash's bundles find the regenerator runtime
-    they call (assets/regenerator_runtime.js: without it no graph is drawn), and every page draws
-    with no error in the console."""
+    """page_scripts.py: the page loads no @babel/polyfill, Dash's bundles find the regenerator
+    runtime they call (assets/regenerator_runtime.js: without it no graph is drawn, so every other
+    browser test here fails too), and the Replay draws with no error in the console."""
     base, _ = server
     browser.get(f"{base}/replay?run=synth24")
     wait_for(lambda: shown_step(browser) == 1, "synth24 drawn", driver=browser)
