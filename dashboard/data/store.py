@@ -217,9 +217,10 @@ class RunStore:
             return None
         what = (f"{name}: {size / 1e9:.1f} GB of events, more than this dashboard reads whole "
                 f"({self.max_run_bytes / 1e9:.1f} GB: --max-run-gb)")
-        if RC.RunCache(path, sig).get("facts") is None:
+        cache = RC.RunCache(path, sig)
+        if cache.get("facts") is None:
             # a cache folder with a stamp: a summary was kept, for other files or by another syncviz
-            again = (" again: what it kept is for other files or another syncviz" if (path / RC.CACHE_DIR / RC.STAMP).exists()
+            again = (" again: what it kept is for other files or another syncviz" if (cache.folder / RC.STAMP).exists()
                      else " once")
             raise TooBig(f"{what}; run `syncviz summary {path}`{again} (it summarizes the run in partitions and keeps "
                          f"what the Runs, Replay, Ratios, Buckets, Strategies and Distributed pages need), or "
