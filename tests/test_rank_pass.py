@@ -181,6 +181,25 @@ def test_simulated_runs_write_them_and_the_summary_is_the_same(tmp_path, monkeyp
     back()
 
 
+def test_passes_packed_by_either_codec_give_the_same_summary(tmp_path, monkeypatch, reads):
+    """A pass's header names its frames' codec (rank_pass_file.CODECS): frames written with zstd (the
+    codec until session 46, which benchmarks still write beside LZ4) are read as LZ4 ones are, the
+    same numbers, and no rank file is read for either."""
+    from syncviz.analysis import rank_pass_file as RF
+    run = _copy(DATA / "ddp-2rank", tmp_path)
+    files = R.rank_files(run)
+    got = {}
+    for codec in RF.CODECS:
+        monkeypatch.setattr(RF, "CODEC", codec)
+        for r, f in files.items():
+            assert rank_pass.write(r, f) is not None
+            assert json_head(rank_pass.path_of(f))["codec"] == codec
+        reads.clear()
+        got[codec] = summarize(run, jobs=1, target_events=1)
+        assert reads == [], codec
+    _equal(got["lz4"], got["zstd"])
+
+
 def test_simulate_keeps_none_below_the_threshold(tmp_path, monkeypatch):
     monkeypatch.delenv(rank_pass.ENV, raising=False)
     run = simulated_run(tmp_path, "small", "--preset", "llama70b-8", "--steps", "2")
@@ -224,7 +243,7 @@ def test_a_pass_not_of_exactly_this_rank_file_and_code_is_not_used(tmp_path, mon
     p0 = rank_pass.path_of(files[0])
     shutil.copy(p0, rank_pass.path_of(files[1]))
     assert rank_pass.load(1, files[1]) is None
-    # a header claiming a frame zstd could not have made of the bytes that follow
+    # a header claiming a frame LZ4 could not have made of the bytes that follow
     data = p0.read_bytes()
     n = int.from_bytes(data[len(rank_pass._MAGIC):len(rank_pass._MAGIC) + 8], "little")
     head_at = len(rank_pass._MAGIC) + 8
@@ -349,10 +368,19 @@ def test_a_pass_that_loads_but_does_not_merge_is_read_instead(tmp_path, reads):
     assert reads == [[0]], "rank 0 read (pass 1 keeps its rows for pass 2), rank 1 from its pass"
     assert rank_pass.partition_local({0: files[0]}) is None and rank_pass.partition_pass1({0: files[0]}) is None
     assert rank_pass.partition_local({1: files[1]}) is not None
+    # frames said to be packed by a codec no reader knows are never decompressed
+    head = json_head(rank_pass.path_of(files[1]))
+    assert head["codec"] == "lz4"
+    p1 = rank_pass.path_of(files[1])
+    data = p1.read_bytes()
+    n = int.from_bytes(data[len(rank_pass._MAGIC):len(rank_pass._MAGIC) + 8], "little")
+    text = json.dumps({**head, "codec": "brotli"}).encode()
+    p1.write_bytes(rank_pass._MAGIC + len(text).to_bytes(8, "little") + text + data[len(rank_pass._MAGIC) + 8 + n:])
+    assert rank_pass.load(1, files[1]) is None and rank_pass.partition_local({1: files[1]}) is None
 
 
 def test_pass_1_leaves_the_second_frame_packed(tmp_path, monkeypatch, reads):
-    """A kept pass is two zstd frames: pass 1 decompresses only the first (what it reads), pass 2 both.
+    """A kept pass is two LZ4 frames: pass 1 decompresses only the first (what it reads), pass 2 both.
     A second frame damaged after the file was written is found by pass 2, which reads that partition's
     events instead: the same numbers."""
     run = _copy(DATA / "ddp-2rank", tmp_path)

@@ -8,7 +8,7 @@ has its own CPUs when it closes, so computing it there costs the run ~0.1 s a ra
 the simulated llama70b-1024 run: 0.10 s of CPU) and takes it off the one machine that summarizes.
 
 What a rank keeps (``.syncviz-cache/ranks/rank-<r>.pass1``: one JSON header and its arrays in two
-zstd frames, no pickle: what pass 1 reads, then what only pass 2 reads): its comm rows with their
+LZ4 frames, no pickle: what pass 1 reads, then what only pass 2 reads): its comm rows with their
 first-pass results (partition_local.local_pass's ``comm`` without the identity numbers), what pass 2
 needs of its other rows, its step_metrics rows,
 its step facts, where its batches lie, each step's first start, what ``syncviz compare`` measures of
@@ -46,7 +46,7 @@ from syncviz.trace import spans as SP
 
 log = logging.getLogger("syncviz.rank_pass")
 
-FORMAT = 2
+FORMAT = 3                      # 3: LZ4 frames (rank_pass_file.CODEC); 2: zstd
 DIR = "ranks"                   # under the run's cache folder; views.runcache keeps it when it empties the rest
 SUFFIX = ".pass1"
 # A run is worth it when the summary would read it as more than one partition (partitioned.PARTITION_EVENTS

@@ -1,5 +1,5 @@
 """The file a rank keeps its first pass in (analysis.rank_pass): a magic line, the header's length
-(8 bytes), a JSON header, and the arrays' bytes in two zstd frames, the second read only when one
+(8 bytes), a JSON header, and the arrays' bytes in two LZ4 frames, the second read only when one
 of its arrays is (``Packed``). No pickle: a file is data, whoever wrote it.
 """
 from __future__ import annotations
@@ -14,17 +14,22 @@ import pyarrow as pa
 
 
 _MAGIC = b"syncviz rank pass\n"
+# LZ4, not zstd (sessions 21-45). A rank of the 10^8-event DDP run keeps 8.5 MB of arrays in 4.7 MB
+# (zstd 3.5 MB); its two frames decompress in 0.52 ms against 3.38 ms (60 ranks' frames in memory,
+# `/tmp/exp46/dec.py`), and a summary decompresses each rank 1.5 times: zstd's decompression was 10.7 s
+# of ~80 s of CPU in that run's summary (cProfile, one process, session 46).
+CODEC = "lz4"
+CODECS = ("lz4", "zstd")    # what a reader decompresses (the header names its frames'; benchmarks write both)
 
 
 def write_file(fh, head: dict, arrays: dict, second) -> None:
     """The magic line, the header's length (8 bytes), the header (JSON: ``head``, each array's name,
     dtype, shape, frame and place in it, and each frame's packed and unpacked size) and the arrays'
-    bytes in two zstd frames: those ``second(name)`` is false of (what pass 1 reads), then the rest.
-    One header, not an .npy per array: ~60 small arrays a rank, and parsing their .npy headers was 60%
-    of loading a partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). zstd: a rank of the
-    10^8-event DDP run keeps 8.5 MB of arrays in 3.5 MB (LZ4: 4.7 MB; 2.7 GB against 2.0 GB for the
-    ZeRO-3 run's ranks), decompressed in 2.5 ms warm (LZ4 0.37 ms) -- each summary decompresses
-    every rank in pass 1 and again in pass 2, so pass 1 leaves the second frame packed."""
+    bytes in two frames (``CODEC``): those ``second(name)`` is false of (what pass 1 reads), then the
+    rest. One header, not an .npy per array: ~60 small arrays a rank, and parsing their .npy headers was
+    60% of loading a partition's files (84 ranks of the 10^7-event run: 0.29 of 0.49 s). Each summary
+    decompresses every rank's first frame in pass 1 and both in pass 2, so pass 1 leaves the second
+    frame packed."""
     groups: list[list] = [[], []]
     for k, v in arrays.items():
         groups[bool(second(k))].append((k, np.ascontiguousarray(v)))
@@ -34,9 +39,9 @@ def write_file(fh, head: dict, arrays: dict, second) -> None:
         for k, v in group:
             places.append([k, v.dtype.str, list(v.shape), i, at, v.nbytes])
             at += v.nbytes
-        packed.append(pa.compress(b"".join(v.tobytes() for _, v in group), codec="zstd", asbytes=True))
+        packed.append(pa.compress(b"".join(v.tobytes() for _, v in group), codec=CODEC, asbytes=True))
         frames.append([len(packed[-1]), at])
-    text = json.dumps({**head, "arrays": places, "frames": frames}).encode()
+    text = json.dumps({**head, "arrays": places, "frames": frames, "codec": CODEC}).encode()
     fh.write(_MAGIC + len(text).to_bytes(8, "little") + text)
     for b in packed:
         fh.write(b)
@@ -61,7 +66,7 @@ def read_file(path: Path) -> tuple[dict, memoryview]:
     return head, data[body:]
 
 
-_MAX_RATIO = 64         # zstd kept a rank's arrays in ~1/2.4 of their size (10^8-event run); far above that is damage
+_MAX_RATIO = 64         # LZ4 keeps a rank's arrays in ~1/1.8 of their size (10^8-event run); far above that is damage
 
 
 class Packed(Mapping):
@@ -72,7 +77,10 @@ class Packed(Mapping):
         self.places = {k: (fr, dt, shape, at, nbytes) for k, dt, shape, fr, at, nbytes in head["arrays"]}
         starts = np.cumsum([0] + [n for n, _ in head["frames"]]).tolist()
         if starts[-1] != len(packed) or any(not 0 <= raw <= _MAX_RATIO * n + (1 << 20) for n, raw in head["frames"]):
-            raise ValueError("frames do not match the file")   # more than zstd made of these bytes: not ours
+            raise ValueError("frames do not match the file")   # more than LZ4 made of these bytes: not ours
+        self.codec = head.get("codec")
+        if self.codec not in CODECS:
+            raise ValueError(f"frames packed by {self.codec!r}, not one of {', '.join(CODECS)}")
         whole = memoryview(packed)
         self.frames = [(whole[a:a + n], raw) for a, (n, raw) in zip(starts, head["frames"])]
         self.raw: dict[int, object] = {}
@@ -87,7 +95,7 @@ class Packed(Mapping):
         """Frame ``fr`` decompressed (once)."""
         if fr not in self.raw:
             b, size = self.frames[fr]
-            self.raw[fr] = pa.decompress(b, decompressed_size=size, codec="zstd")
+            self.raw[fr] = pa.decompress(b, decompressed_size=size, codec=self.codec)
         return self.raw[fr]
 
     def __iter__(self):

@@ -16,6 +16,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from syncviz.analysis import selection
 from syncviz.analysis.spill_file import (NAN32, RATIO, Piece, Ratio, RatioValues, _floats, _Layout, _layout,  # noqa: F401
                                          _mapped, narrow, ratio_values, valid_ascending, valid_range, write_groups,
                                          write_piece)
@@ -54,9 +55,10 @@ def median_in_place(x: np.ndarray | RatioValues, presorted: bool = False) -> flo
 
 
 def _median_selected(x: np.ndarray | RatioValues) -> float:
-    """median_in_place by selection: the values at the middle ranks of the valid ones, found with
-    np.partition (which orders NaN last and NAN32 first, as the sort does) on the array as it is
-    (sorted, partitioned or neither: a column handed again is one of those)."""
+    """median_in_place by selection: the values at the middle ranks of the valid ones, those
+    np.partition puts there (which orders NaN last and NAN32 first, as the sort does; found by
+    analysis.selection) on the array as it is (sorted, partitioned or neither: a column handed again
+    is one of those)."""
     ratio = isinstance(x, RatioValues)
     src = x.source if ratio else x
     lo, hi = valid_range(src)
@@ -68,8 +70,10 @@ def _median_selected(x: np.ndarray | RatioValues) -> float:
         ranks = [lo + (nv - 1) // 2, lo + nv // 2]
     if not nv:
         return float("nan")
-    src.partition(sorted(set(ranks)))
-    return _middle(x.ratios(src[ranks]) if ratio else src[ranks], nv)
+    at = sorted(set(ranks))
+    found = dict(zip(at, selection.select(src, at).tolist()))     # np.partition's values, bracketed
+    middle = np.array([found[r] for r in ranks], dtype=src.dtype)
+    return _middle(x.ratios(middle) if ratio else middle, nv)
 
 
 _SPEED: dict[str, float] = {}       # seconds to sort and to select in 2^18 int32 (sorting_speed)
