@@ -183,8 +183,8 @@ def test_simulated_runs_write_them_and_the_summary_is_the_same(tmp_path, monkeyp
 
 def test_passes_packed_by_either_codec_give_the_same_summary(tmp_path, monkeypatch, reads):
     """A pass's header names its frames' codec (rank_pass_file.CODECS): frames written with zstd (the
-    codec until session 46, which benchmarks still write beside LZ4) are read as LZ4 ones are, the
-    same numbers, and no rank file is read for either."""
+    codec until session 46; a comparison can still write them) are read as LZ4 ones are, the same
+    numbers, and no rank file is read for either."""
     from syncviz.analysis import rank_pass_file as RF
     run = _copy(DATA / "ddp-2rank", tmp_path)
     files = R.rank_files(run)

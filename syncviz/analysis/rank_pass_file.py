@@ -19,7 +19,9 @@ _MAGIC = b"syncviz rank pass\n"
 # `/tmp/exp46/dec.py`), and a summary decompresses each rank 1.5 times: zstd's decompression was 10.7 s
 # of ~80 s of CPU in that run's summary (cProfile, one process, session 46).
 CODEC = "lz4"
-CODECS = ("lz4", "zstd")    # what a reader decompresses (the header names its frames'; benchmarks write both)
+# What a reader decompresses: the header names its frames' codec, so this code can also time passes
+# written in zstd beside LZ4 ones (session 46 did, with CODEC set to "zstd" while writing).
+CODECS = ("lz4", "zstd")
 
 
 def write_file(fh, head: dict, arrays: dict, second) -> None:

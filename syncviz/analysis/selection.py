@@ -2,18 +2,19 @@
 put at some ranks, found by bracketing them with a random sample and partitioning only the values
 between the brackets (Floyd and Rivest's idea, in numpy's vector operations).
 
-Why: the summary's medians and quartiles select (spill._median_selected, _int_quantiles_selected) on
-machines whose sort is slower than numpy's introselect (spill.py, above median_in_place), and on the
-AMD EPYC of family 25 of sessions 38-46 numpy's np.partition is itself slow: 800,000 int32 at the
-middle in 5.3 ms, float64 7.5 ms (numpy 2.4.6; with its AVX-512 dispatch switched off, 0.5 ms). In the
-10^8-event DDP summary it was 6.3 s of ~80 s of CPU (cProfile, one process, session 46). Here: a
-sample of 8,192 sorted (~0.1 ms), two counts and one compare-and-compress over the array (~0.5 ms),
-and a partition of the ~5% between the brackets: 800,000 int32 in 1.6 ms, float64 2.2 ms; 10^7 int32
-25 against 74 ms (`/tmp/exp46/sel.py`, best of 5).
+Why: the summary's medians select (spill._median_selected) on machines whose sort is slower than
+numpy's introselect (spill.py, above median_in_place), and on the AMD EPYC of family 25 of sessions
+38-46 np.partition is itself slow (numpy 2.4.6 with its AVX-512 dispatch switched off selects ~9x
+faster, yet the whole summary was slower that way: session 45). In the 10^8-event DDP summary it was 6.3 s of
+~80 s of CPU (cProfile, one process, session 46). Here: a sample of 8,192 sorted, two counts over the
+array, one compare-and-compress, and a partition of the ~5% between the brackets. The middle of
+800,000 int32 in 1.90 ms against 4.65 ms, float64 2.39 against 9.66 ms; 10^7 int32 18.7 against
+66.6 ms (`benchmarks/selection.py`, alternated, the same values). The int32 quartiles are not found
+this way: a bracket each was slower than one partition of all their ranks (0.64-0.85x).
 
 Exact whatever the sample: the values are counted, not estimated. Where the brackets miss a rank (a
-sample that is unlucky: ~10^-4 a call with a margin of four standard deviations) or every value
-is between them, the whole array is partitioned as before. NaN is never below or between brackets,
+sample that is unlucky: under 10^-4 a call with a margin of four standard deviations) or more than a
+quarter of the values are between them, the whole array is partitioned as before. NaN is never below or between brackets,
 so it keeps np.partition's place (last) for float arrays, whose ranks asked here are those of values.
 """
 from __future__ import annotations
