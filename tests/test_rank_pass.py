@@ -523,3 +523,32 @@ def test_identities_of_ranks_that_made_the_same_calls_are_the_first_ranks(tmp_pa
         np.testing.assert_array_equal(got[0], want[0], err_msg=str(change))
         for k in want[1]:
             np.testing.assert_array_equal(got[1][k], want[1][k], err_msg=f"{change}: {k}")
+
+
+def test_close_integers_are_kept_as_differences_and_read_back_exactly(tmp_path):
+    """rank_pass_file keeps a long integer column whose differences pack smaller as those differences
+    (timestamps, row positions), and reads every column back bit for bit: values near the type's ends
+    (whose differences wrap), unsigned and narrow types, floats, short and 2-D arrays as they are."""
+    from syncviz.analysis import rank_pass_file as RF
+    rng = np.random.default_rng(4)
+    n = 20_000
+    launch = np.cumsum(rng.integers(1_000, 90_000, n)) + (1 << 60)
+    arrays = {"launch": launch, "order": np.arange(n, dtype=np.int32),
+              "wraps": np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min, -1, 0] * (n // 4), dtype=np.int64),
+              "u16": np.cumsum(rng.integers(0, 3, n)).astype(np.uint16), "i8": (np.arange(n) % 100).astype(np.int8),
+              "noise": rng.integers(-(1 << 62), 1 << 62, n), "floats": np.cumsum(rng.random(n)),
+              "short": np.arange(10, dtype=np.int64), "grid": np.arange(4 * n, dtype=np.int64).reshape(n, 4),
+              "empty": np.zeros(0, dtype=np.int64)}
+    path = tmp_path / "p.pass1"
+    with open(path, "wb") as fh:
+        RF.write_file(fh, {"x": 1}, arrays, lambda k: k in ("noise", "grid"))
+    head, packed = RF.read_file(path)
+    kept = RF.Packed(head, packed)
+    delta = {k: d for k, *_, d in head["arrays"]}
+    assert delta["launch"] == 1 and delta["order"] == 1           # what the differences are for
+    assert delta["noise"] == 0 and delta["floats"] == 0 and delta["short"] == 0 and delta["grid"] == 0
+    for k, v in arrays.items():
+        got = kept[k]
+        assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v), k
+    as_they_are = b"".join(np.ascontiguousarray(v).tobytes() for k, v in arrays.items() if k not in ("noise", "grid"))
+    assert head["frames"][0][0] < 0.8 * len(RF.pa.compress(as_they_are, codec=RF.CODEC, asbytes=True))

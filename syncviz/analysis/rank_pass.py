@@ -46,7 +46,7 @@ from syncviz.trace import spans as SP
 
 log = logging.getLogger("syncviz.rank_pass")
 
-FORMAT = 3                      # 3: LZ4 frames (rank_pass_file.CODEC); 2: zstd
+FORMAT = 4                      # 4: close integers as differences; 3: LZ4 frames (rank_pass_file.CODEC); 2: zstd
 DIR = "ranks"                   # under the run's cache folder; views.runcache keeps it when it empties the rest
 SUFFIX = ".pass1"
 # A run is worth it when the summary would read it as more than one partition (partitioned.PARTITION_EVENTS
