@@ -22,7 +22,9 @@ so its problems are reported the same way).
 
 Measured (benchmarks/scale.py, 2026-11-28, 10^8 events, two cores): the summary 58.6 s reading
 every event, 34.0 s from the ranks' passes, the same bytes; writing all 1,024 passes took 79 s of
-CPU (0.08 s a rank) and 1.22 GB (26% of the run's 4.69 GB).
+CPU (0.08 s a rank) and 1.22 GB (26% of the run's 4.69 GB). Session 46 (LZ4, close integers as
+differences: rank_pass_file.py): 1.74 GB for that run, 1.56 GB for the 10^8-event DDP run (3.54 GB in
+zstd); writing the DDP run's took 111.8 s of CPU.
 tests/test_rank_pass.py compares every number, table and report byte with and without these files.
 """
 from __future__ import annotations
