@@ -552,3 +552,11 @@ def test_close_integers_are_kept_as_differences_and_read_back_exactly(tmp_path):
         assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v), k
     as_they_are = b"".join(np.ascontiguousarray(v).tobytes() for k, v in arrays.items() if k not in ("noise", "grid"))
     assert head["frames"][0][0] < 0.8 * len(RF.pa.compress(as_they_are, codec=RF.CODEC, asbytes=True))
+    # a frame of nothing but regular columns packs past 64:1 and is still read (not taken for damage)
+    regular = {"order": np.arange(1 << 21, dtype=np.int64), "step": np.repeat(np.arange(1 << 11), 1 << 10)}
+    with open(path, "wb") as fh:
+        RF.write_file(fh, {}, regular, lambda k: False)
+    head, packed = RF.read_file(path)
+    assert head["frames"][0][1] > 64 * head["frames"][0][0] + (1 << 20)
+    kept = RF.Packed(head, packed)
+    assert all(np.array_equal(kept[k], v) for k, v in regular.items())
