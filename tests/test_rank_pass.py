@@ -535,6 +535,7 @@ def test_close_integers_are_kept_as_differences_and_read_back_exactly(tmp_path):
     launch = np.cumsum(rng.integers(1_000, 90_000, n)) + (1 << 60)
     arrays = {"launch": launch, "order": np.arange(n, dtype=np.int32),
               "wraps": np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min, -1, 0] * (n // 4), dtype=np.int64),
+              "crossing": np.iinfo(np.int64).max - 5_000 + 7 * np.arange(n, dtype=np.int64),   # runs past the top
               "u16": np.cumsum(rng.integers(0, 3, n)).astype(np.uint16), "i8": (np.arange(n) % 100).astype(np.int8),
               "noise": rng.integers(-(1 << 62), 1 << 62, n), "floats": np.cumsum(rng.random(n)),
               "short": np.arange(10, dtype=np.int64), "grid": np.arange(4 * n, dtype=np.int64).reshape(n, 4),
@@ -546,6 +547,7 @@ def test_close_integers_are_kept_as_differences_and_read_back_exactly(tmp_path):
     kept = RF.Packed(head, packed)
     delta = {k: d for k, *_, d in head["arrays"]}
     assert delta["launch"] == 1 and delta["order"] == 1           # what the differences are for
+    assert delta["crossing"] == 1 and arrays["crossing"][-1] < 0      # differences that wrap, summed back
     assert delta["noise"] == 0 and delta["floats"] == 0 and delta["short"] == 0 and delta["grid"] == 0
     for k, v in arrays.items():
         got = kept[k]
