@@ -252,9 +252,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 PAGES = ("runs", "replay", "buckets", "strategies", "ratios", "distributed")
-# True once the page's content is there: every graph drawn (not "loading…") or an error card; the
-# Runs page when its table has numbers.
-# true once page arguments[0] has drawn run arguments[1]; the card's text where it shows an error instead
+# True once page arguments[0] has drawn run arguments[1]: every graph drawn (not "loading…"); on the
+# Runs page, that run's row with its numbers. The card's text where the page (or the row) shows an
+# error instead.
 PAGE_READY_JS = """
 var main = document.querySelector('main'); if (!main) return false;
 if (arguments[0] === 'runs') {

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 _MAGIC = b"syncviz rank pass\n"
 # LZ4, not zstd (sessions 21-45). A rank of the 10^8-event DDP run keeps 8.5 MB of arrays in 4.7 MB
-# (zstd 3.5 MB); its two frames decompress in 0.52 ms against 3.38 ms (60 ranks' frames in memory,
+# (zstd 3.5 MB; 1.54 MB with the differences below); its two frames decompress in 0.52 ms against 3.38 ms (60 ranks' frames in memory,
 # `/tmp/exp46/dec.py`), and a summary decompresses each rank 1.5 times: zstd's decompression was 10.7 s
 # of ~80 s of CPU in that run's summary (cProfile, one process, session 46).
 CODEC = "lz4"

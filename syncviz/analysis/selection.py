@@ -34,13 +34,12 @@ def select(x: np.ndarray, ranks: list[int]) -> np.ndarray:
     n = len(x)
     if n < SMALL or ranks[-1] - ranks[0] > n // 64:
         return _partitioned(x, ranks)
-    m = SAMPLE
-    pick = np.random.default_rng(n).integers(0, n, m)
+    pick = np.random.default_rng(n).integers(0, n, SAMPLE)
     pick.sort()                              # reads in memory order
     s = np.sort(x[pick])
-    margin = 2 * int(np.sqrt(m)) + 2         # four standard deviations of the sample's count below a rank
-    a, b = ranks[0] * m // n - margin, ranks[-1] * m // n + margin
-    lo, hi = (s[a] if a >= 0 else None), (s[b] if b < m else None)
+    margin = 2 * int(np.sqrt(SAMPLE)) + 2    # four standard deviations of the sample's count below a rank
+    a, b = ranks[0] * SAMPLE // n - margin, ranks[-1] * SAMPLE // n + margin
+    lo, hi = (s[a] if a >= 0 else None), (s[b] if b < SAMPLE else None)
     if (lo is not None and lo != lo) or (hi is not None and hi != hi):      # a NaN bracket counts nothing
         return _partitioned(x, ranks)
     below, upto = _counts(x, lo, hi)

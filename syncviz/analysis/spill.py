@@ -71,8 +71,7 @@ def _median_selected(x: np.ndarray | RatioValues) -> float:
     if not nv:
         return float("nan")
     at = sorted(set(ranks))
-    found = dict(zip(at, selection.select(src, at).tolist()))     # np.partition's values, bracketed
-    middle = np.array([found[r] for r in ranks], dtype=src.dtype)
+    middle = selection.select(src, at)[np.searchsorted(at, ranks)]    # np.partition's values at ``ranks``
     return _middle(x.ratios(middle) if ratio else middle, nv)
 
 
