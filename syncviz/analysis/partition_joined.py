@@ -42,9 +42,18 @@ def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
     return t
 
 
+def every_row(rows: np.ndarray, n: int) -> np.ndarray | slice:
+    """``rows`` (ascending row numbers of n rows), or slice(None) where they are all n: a column
+    indexed with it is then the column itself, not a copy. A DDP run's comm rows are all wire rows
+    and all bucket rows, and the ~25 copies of ~660,000 values a partition of its 10^8-event run made
+    of them took ~15 ms of its ~460 ms of pass 2 (cProfile, session 47). Only for columns read, never
+    written to."""
+    return slice(None) if len(rows) == n and (not n or (rows[0] == 0 and rows[-1] == n - 1)) else rows
+
+
 def bucket_times(c: dict) -> dict:
     """comm_metrics' hook_to_launch_ns and launch_delay_ns of the bucket rows (in ``bucket_rows`` order)."""
-    launch = c["launch"][c["bucket_rows"]]
+    launch = c["launch"][every_row(c["bucket_rows"], len(c["launch"]))]
     return {"hook_to_launch_ns": (launch - c["hook"]).astype(np.int64),
             "launch_delay_ns": np.where(c["ready"] >= 0, launch - c["ready"], np.nan)}
 
@@ -119,36 +128,61 @@ def collective_by_phase_op(key: tuple) -> tuple | None:
     return (key[1], key[2]) if key[0] & COLLECTIVE_HEADLINE else None
 
 
-def skew_table(c: dict, rows: np.ndarray) -> pd.DataFrame:
-    """Earliest and latest launch of each (step, micro, kind, bucket, name) among the rows."""
-    first, codes = K.group_rows(*(c[k][rows] for k in ("step", "micro", "kind", "bucket", "name")))
-    n = len(first)
+def by_identity(c: dict, rows: np.ndarray, idents: dict, keys: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """K.group_rows of the rows by identity columns ``keys`` (a part of partition_local.IDENTITY):
+    each group's first identity (in ``idents``) and each row's group. The identities the rows have
+    are grouped, not the rows: ~58,000 identities against ~660,000 rows in a partition of the
+    10^8-event DDP run. The same groups in the same (sorted) order, as both hold the same keys."""
+    ids = c["ident"][rows]
+    n = len(idents["step"])
+    seen = np.zeros(n, dtype=bool)
+    seen[ids] = True
+    have = np.flatnonzero(seen)
+    first, codes = K.group_rows(*(idents[k][have] for k in keys))
+    group_of = np.zeros(n, dtype=np.int64)
+    group_of[have] = codes
+    return have[first], group_of[ids]
+
+
+def skew_table(c: dict, rows: np.ndarray, idents: dict) -> pd.DataFrame:
+    """Earliest and latest launch of each (step, micro, kind, bucket, name) among the rows (grouped
+    by_identity: 19 -> ~7 ms a partition of the 10^8-event DDP run, line_profiler, session 47)."""
+    at, codes = by_identity(c, rows, idents, ("step", "micro", "kind", "bucket", "name"))
+    n = len(at)
     lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
     launch = c["launch"][rows]
     np.minimum.at(lo, codes, launch)
     np.maximum.at(hi, codes, launch)
-    at = rows[first]
-    idx = K.coded_index([c["step"][at], c["micro"][at], (c["kind"][at], E.KIND_NAMES), c["bucket"][at],
-                         (c["name"][at], c["names"])], SKEW_KEY)
+    idx = K.coded_index([idents["step"][at], idents["micro"][at], (idents["kind"][at], E.KIND_NAMES), idents["bucket"][at],
+                         (idents["name"][at], c["names"])], SKEW_KEY)
     return pd.DataFrame({"lo": lo, "hi": hi}, index=idx)
 
 
-def exposed_by_identity(c: dict, rows: np.ndarray) -> pd.DataFrame:
-    """headline.exposed_by_identity of the rows: sums per (bucket, name, kind), in order of first appearance."""
-    kind, bucket = c["kind"][rows], c["bucket"][rows]
-    b = np.where(kind == E.BUCKET, bucket, -1)
-    codes, n = K.dense_codes(K.group_codes(b, c["name"][rows], kind))
+def exposed_by_identity(c: dict, rows: np.ndarray, idents: dict) -> pd.DataFrame:
+    """headline.exposed_by_identity of the rows: sums per (bucket, name, kind), in order of first
+    appearance. The identities are grouped, not the rows (as by_identity): 17 -> ~10 ms a partition
+    of the 10^8-event DDP run (session 47)."""
+    ids = c["ident"][rows]
+    n_id = len(idents["kind"])
+    seen = np.full(n_id, len(rows), dtype=np.int64)        # each identity's first place among the rows
+    np.minimum.at(seen, ids, np.arange(len(rows)))
+    have = np.flatnonzero(seen < len(rows))
+    ik = idents["kind"][have]
+    codes, n = K.dense_codes(K.group_codes(np.where(ik == E.BUCKET, idents["bucket"][have], -1), idents["name"][have], ik))
     first = np.full(n, len(rows), dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(len(rows)))
+    np.minimum.at(first, codes, seen[have])
     order = np.argsort(first, kind="stable")          # groups in order of first appearance
     place = np.empty(n, dtype=np.int64)
     place[order] = np.arange(n)
-    g, at = place[codes], rows[first[order]]
+    group_of = np.zeros(n_id, dtype=np.int64)
+    group_of[have] = place[codes]
+    g, at = group_of[ids], rows[first[order]]
+    b = np.where(c["kind"][at] == E.BUCKET, c["bucket"][at], -1)
     nbytes = np.full(n, np.iinfo(np.int64).min)
     np.maximum.at(nbytes, g, c["bytes"][rows])
     names = c["names"][c["name"][at]]
     kinds = E.KIND_NAMES[c["kind"][at]]
-    key = [f"{x}|{y}|{z}" for x, y, z in zip(b[first[order]].tolist(), names.tolist(), kinds.tolist())]
+    key = [f"{x}|{y}|{z}" for x, y, z in zip(b.tolist(), names.tolist(), kinds.tolist())]
     return pd.DataFrame({"kind": kinds, "bucket": c["bucket"][at], "name": names, "op": c["ops"][c["op"][at]],
                          "bytes": nbytes,
                          "exposed_ns": int_sums(g, c["exposed"][rows], n),
@@ -211,7 +245,8 @@ def write_straggler_rows(path: str, rank: np.ndarray, ev: np.ndarray, at_max: np
             np.lib.format.write_array(f, np.ascontiguousarray(v), allow_pickle=False)
 
 
-def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, order: np.ndarray) -> pd.DataFrame | None:
+def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, order: np.ndarray,
+             idents: dict) -> pd.DataFrame | None:
     """tables.sync_lateness' rows of these ranks (rank, step, micro, bucket, late_ns, label; no
     launch_ns), plus ``buckets``: whether the row is a bucket's. ``late_ns`` = launch − the earliest
     launch of the same bucket (``first``: pass 1's bucket_first over all ranks), or of the same
@@ -220,18 +255,22 @@ def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, or
     place in its step's order of first launch over all ranks, as sync_lateness numbers it. Rows in
     sync_lateness' order when the partition is the whole run: bucket rows in row order, else by
     (step, rank), each rank's collectives in launch order (``order``: the comm rows in launch order,
-    rank by rank). ``label`` categorical (a Python string per row cost ~40 ms a partition)."""
+    rank by rank). ``label`` categorical (a Python string per row cost ~40 ms a partition). A bucket
+    row's earliest launch is looked up once per identity (``idents``: a bucket row's (step, micro,
+    bucket) is its identity's) and handed to the rows by their identity: grouping the ~660,000 bucket
+    rows of a 10^8-event DDP partition by those three columns to look each group up took ~16 ms of
+    the ~46 ms this function took there (line_profiler, session 47)."""
     label = events["label"].array          # with_collective_order's categorical: "" is a category
     labels, label_of = label.categories.to_numpy(dtype=object), label.codes
     empty = label.categories.get_loc("")
     rows, bucket, late, code = [], [], [], []
     if first is not None:
         b = np.flatnonzero(c["kind"] == E.BUCKET)
-        key, n = K.dense_codes(K.group_codes(c["step"][b], c["micro"][b], c["bucket"][b]))
-        at = np.full(n, 0, dtype=np.int64)
-        at[key] = b
-        idx = first.index.get_indexer(pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], c["bucket"][at]]))[key]
-        rows.append(b), bucket.append(c["bucket"][b].astype(np.int64)), late.append(c["launch"][b] - first.to_numpy()[idx])
+        ib = np.flatnonzero(idents["kind"] == E.BUCKET)           # the bucket identities
+        idx = first.index.get_indexer(pd.MultiIndex.from_arrays([idents[k][ib] for k in ("step", "micro", "bucket")]))
+        earliest = np.zeros(len(idents["kind"]), dtype=first.dtype)
+        earliest[ib] = first.to_numpy()[idx]
+        rows.append(b), bucket.append(c["bucket"][b].astype(np.int64)), late.append(c["launch"][b] - earliest[c["ident"][b]])
         code.append(np.full(len(b), empty))
     n_buckets = sum(len(r) for r in rows)
     w = order[is_wire(c["kind"][order], c["bucket"][order]) & (c["kind"][order] != E.BUCKET)]
@@ -243,7 +282,7 @@ def lateness(c: dict, t: dict, events: pd.DataFrame, first: pd.Series | None, or
         late.append(c["launch"][w] - events["first"].to_numpy()[ev_id]), code.append(label_of[ev_id])
     if not rows:
         return None
-    rows, bucket, late, code = (np.concatenate(x) for x in (rows, bucket, late, code))
+    rows, bucket, late, code = (np.concatenate(x) if len(x) > 1 else x[0] for x in (rows, bucket, late, code))
     buckets = np.arange(len(rows)) < n_buckets
     if not buckets.all():            # as sync_lateness: by (step, rank)
         keep = K.lexsort((c["rank"][rows], c["step"][rows]))
@@ -295,21 +334,22 @@ def collective_sums(c: dict, t: dict, rows: np.ndarray) -> pd.DataFrame:
 
 
 def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarray, events: pd.DataFrame,
-              scratch: str, tag: str) -> None:
+              scratch: str, tag: str, idents: dict) -> None:
     """What the summary aggregates of the partition's comm rows (``headline``: rows of headline steps;
-    ``order``: the rows in launch order, rank by rank), into pass 2's dict ``out``."""
+    ``order``: the rows in launch order, rank by rank; ``idents``: their identities), into pass 2's
+    dict ``out``."""
     kind = c["kind"]
     wire = is_wire(kind, c["bucket"])
     hw = np.flatnonzero(wire & headline)
     out["n_hw"] = len(hw)
     coll = (kind == E.COLLECTIVE) & headline
     flags = wire * np.int8(WIRE) + coll * np.int8(COLLECTIVE_HEADLINE) + (wire & headline) * np.int8(WIRE_HEADLINE)
-    r = np.flatnonzero(flags)
+    r = every_row(np.flatnonzero(flags), len(flags))
     out["comm"] = spill_by(scratch, f"w-{tag}", [(flags[r], None), (c["phase"][r], c["phases"]), (c["op"][r], c["ops"]),
                                                   (c["step"][r], None)], [t[k][r] for k in COMM_VALUES], COMM_VALUES)
     if len(hw):
-        out["skew"] = skew_table(c, hw)
-        out["exposed"] = exposed_by_identity(c, hw)
+        out["skew"] = skew_table(c, hw, idents)
+        out["exposed"] = exposed_by_identity(c, hw, idents)
         out["exposed_total"] = int(c["exposed"][hw].sum())
         out["rank_steps"] = K.distinct_pairs(c["rank"][hw], c["step"][hw])
         hw_in_order = order[(wire & headline)[order]]
@@ -318,11 +358,12 @@ def aggregate(out: dict, c: dict, t: dict, order: np.ndarray, headline: np.ndarr
     out["bucket_n"] = len(b)
     if len(b):     # one spill of every bucket row serves the headline medians and the Buckets page's distributions
         bt = bucket_times(c)
-        head = headline[b]
-        cols = [bt[k] if k in bt else (c["exposed"] if k == "exposed_ns" else t[k])[b] for k in BUCKET_MEDIANS]
+        rows = every_row(b, len(kind))
+        head = headline[rows]
+        cols = [bt[k] if k in bt else (c["exposed"] if k == "exposed_ns" else t[k])[rows] for k in BUCKET_MEDIANS]
         out["buckets"] = spill_by(scratch, f"b-{tag}", [(head.astype(np.int8), None), (c["layout"], None),
-                                                        (c["bucket"][b], None)], cols, BUCKET_MEDIANS,
-                                  bandwidth_ratios("duration_ns", c["bytes"][b], t["bw_factor"][b]))
+                                                        (c["bucket"][rows], None)], cols, BUCKET_MEDIANS,
+                                  bandwidth_ratios("duration_ns", c["bytes"][rows], t["bw_factor"][rows]))
         at = np.flatnonzero(head)       # headline bucket rows, as places in bucket_rows
         if len(at):
             out["bucket_first"] = bucket_sums(c, b[at], at)

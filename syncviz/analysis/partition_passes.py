@@ -99,7 +99,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
     tag = f"{part}"
     first = pd.read_pickle(first_path) if first_path is not None else None
     order = extra["order"]          # launch order, rank by rank (queueing.occurrences)
-    late = PJ.lateness(c, t, events, first, order)
+    late = PJ.lateness(c, t, events, first, order, idents)
     out["lateness"] = PV.rank_step_lateness(late)
     if replay_dir is not None:
         try:
@@ -115,7 +115,7 @@ def pass2(run_dir: str, files: dict[int, Path], events_path: str, hsteps: list[i
             out["json"] = jsonrows.write(Path(json_dir) / f"buckets-{part:06d}.json", PV.bucket_rows(frame))
     if len(c["step"]):
         headline = np.isin(c["step"], hsteps)
-        PJ.aggregate(out, c, t, order, headline, events, scratch, tag)
+        PJ.aggregate(out, c, t, order, headline, events, scratch, tag, idents)
         out["waiting"], out["kinds"] = PJ.distributed_parts(c, t, extra, hsteps, headline)
     hs = np.isin(extra["off_step"], hsteps)
     if hs.any():
