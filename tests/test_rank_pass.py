@@ -345,6 +345,34 @@ def test_merged_arrays_are_the_partitions_own(tmp_path, name):
             np.testing.assert_array_equal(got[k], v, err_msg=k)
 
 
+def test_ranks_whose_dictionaries_differ_merge_to_the_same_strings(tmp_path):
+    """A rank whose passes hold their names, ops, phases and dtypes in another order (a rank that
+    met them in another order) merges to the same string on every row: its codes are looked up in the
+    merged dictionaries, while ranks whose entries keep their places have their codes taken as they are."""
+    run = _copy(DATA / "zero2", tmp_path)
+    files = R.rank_files(run)
+    for r, f in files.items():
+        assert rank_pass.write(r, f) is not None
+    loaded = [rank_pass.load(r, f) for r, f in files.items()]
+    want, _, _ = rank_pass._merged(loaded)
+    head, packed = loaded[1]
+    z = {k: packed[k] for k in packed}
+    loaded[1] = (head, z)
+    moved = 0
+    for d, k in (("names", "name"), ("ops", "op"), ("phases", "phase"), ("dtypes", "dtype")):
+        n = len(z[f"d_{d}"])
+        if n > 1:       # the dictionary reversed, the codes with it: the same string on every row
+            z[f"d_{d}"] = z[f"d_{d}"][::-1].copy()
+            z[f"c_{k}"] = (n - 1 - z[f"c_{k}"].astype(np.int64)).astype(z[f"c_{k}"].dtype)
+            moved += 1
+    assert moved >= 2
+    got, _, _ = rank_pass._merged(loaded)
+    for d, k in (("names", "name"), ("ops", "op"), ("phases", "phase"), ("dtypes", "dtype")):
+        np.testing.assert_array_equal(got[d], want[d])
+        np.testing.assert_array_equal(got[d][got[k]], want[d][want[k]], err_msg=k)
+        assert got[k].dtype == want[k].dtype, k
+
+
 def test_a_pass_that_loads_but_does_not_merge_is_read_instead(tmp_path, reads):
     """A pass stamped for exactly its rank file and this code but missing part of its header (only a
     file this code did not write could be so): that partition is read, with the same numbers."""

@@ -71,13 +71,12 @@ def comm_facts(out: dict, steps: pd.DataFrame, c: dict, idents: dict) -> None:
     the steps with buckets and the per-collective table."""
     out["steps"] = steps
     b = np.flatnonzero(c["kind"] == E.BUCKET)
-    if len(b):
-        first, codes = K.group_rows(c["step"][b], c["micro"][b], c["bucket"][b])
-        at = b[first]
-        out["bucket_first"] = pd.Series(PJ.min_by(codes, c["launch"][b], len(first)), name="launch_ns",
-                                        index=pd.MultiIndex.from_arrays([c["step"][at], c["micro"][at], c["bucket"][at]],
+    if len(b):      # grouped by identity (a bucket row's step, micro and bucket are its identity's)
+        at, codes = PJ.by_identity(c, b, idents, ("step", "micro", "bucket"))
+        out["bucket_first"] = pd.Series(PJ.min_by(codes, c["launch"][b], len(at)), name="launch_ns",
+                                        index=pd.MultiIndex.from_arrays([idents[k][at] for k in ("step", "micro", "bucket")],
                                                                         names=PV.LATE_KEY))
-    out["bucket_steps"] = K.unique_ints(c["step"][b])
+    out["bucket_steps"] = K.unique_ints(idents["step"][idents["kind"] == E.BUCKET])     # the rows' steps
     out["events"] = PL.collective_table(c, idents)
 
 

@@ -315,7 +315,8 @@ def merge(comms: list[dict], extras: list[dict], wide: dict) -> tuple[dict, dict
             continue
         if key in _CODED:
             d = _CODED[key]
-            pieces = [np.searchsorted(c[d], x[d])[x[key]] if len(x[d]) else x[key] for x in comms]
+            pieces = [_recoded(x[key], np.searchsorted(c[d], x[d]), wide.get(f"c_{key}")) if len(x[d]) else x[key]
+                      for x in comms]
         elif key == "bucket_rows":
             pieces = [x[key] + o for x, o in zip(comms, offsets)]
         else:
@@ -356,6 +357,15 @@ def write_run(run_dir, jobs: int | None = None, missing_only: bool = False) -> i
 
 def _write_one(item: tuple[int, Path]) -> bool:
     return write(*item) is not None
+
+
+def _recoded(codes: np.ndarray, place: np.ndarray, dtype: str | None) -> np.ndarray:
+    """A rank's codes into its own dictionary as codes into the merged one (``place``: where each of
+    its entries is there). Where every entry keeps its place (ranks that used the same names: most
+    often all of them) and the merged column's type is known (``dtype``: _concat casts to it), the
+    codes themselves, not looked up row by row (~10 ms a partition of the 10^8-event DDP run, in
+    each pass: session 47)."""
+    return codes if dtype is not None and np.array_equal(place, np.arange(len(place))) else place[codes]
 
 
 def _concat(pieces: list, dtype: str | None) -> np.ndarray:
