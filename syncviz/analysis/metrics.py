@@ -81,6 +81,8 @@ def busbw_factors(all_reduce: np.ndarray, scatter: np.ndarray, n: np.ndarray) ->
     """busbw_factor per row: ``all_reduce`` and ``scatter`` (reduce_scatter, all_gather, all_to_all)
     mark the rows of those ops, ``n`` is the group size."""
     nn = np.maximum(np.asarray(n).astype(float), 1.0)
+    if all_reduce.all():        # every row one op's (a DDP run's): the same values, none selected
+        return 2.0 * (nn - 1) / nn
     f = np.ones(len(nn))
     f[all_reduce] = 2.0 * (nn[all_reduce] - 1) / nn[all_reduce]
     f[scatter] = (nn[scatter] - 1) / nn[scatter]

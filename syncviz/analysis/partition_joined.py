@@ -202,16 +202,21 @@ def stragglers(out: dict, c: dict, t: dict, rows: np.ndarray, events: pd.DataFra
     n_ev = len(events)
     out["n_at_max"] = np.bincount(ev_id, weights=at_max, minlength=n_ev)
     out["wait"] = np.bincount(ev_id, weights=np.nan_to_num(t["wait_peers_ns"][rows], nan=0.0), minlength=n_ev)
-    keep = nranks[ev_id] >= 2
+    shared = nranks >= 2            # per collective: made by two ranks or more
+    keep = shared[ev_id]
     if not keep.any():
         return
+    if keep.all():                  # a data-parallel run's: the rows as they are, not copied again
+        keep = slice(None)
     rank = c["rank"][rows][keep]
     late = (launch - first[ev_id])[keep]
     inv, n_ranks = K.dense_codes(rank)
     ranks = K.unique_ints(rank)
     out["late"] = pd.Series(int_sums(inv, late, n_ranks) / np.bincount(inv), index=pd.Index(ranks, name="rank"),
                             name="mean_late_ns")
-    out["strag_steps"] = set(K.unique_ints(c["step"][rows][keep]).tolist())
+    made = np.zeros(n_ev, dtype=bool)   # the steps of the kept rows, as their collectives' (a step is in the key)
+    made[ev_id] = True
+    out["strag_steps"] = set(K.unique_ints(events.index.get_level_values("step").to_numpy()[made & shared]).tolist())
     path = str(Path(scratch) / f"st-{tag}.arrays")
     write_straggler_rows(path, rank, ev_id[keep], at_max[keep])
     out["strag"] = path
