@@ -524,7 +524,9 @@ def test_kept_passes_are_keyed_on_the_code_that_decides_them():
 def test_identities_of_ranks_that_made_the_same_calls_are_the_first_ranks(tmp_path):
     """partition_local.identities with the ranks' row counts: where every rank's identity columns
     equal the first rank's, the first rank's numbering repeated; where one value differs, or the
-    ranks' counts do, the rows grouped as a whole. Both equal the numbering without the counts."""
+    ranks' counts do, the rows grouped as a whole. Both equal the numbering without the counts, and
+    so does each identity's first row in launch order, where the first rank launched its calls in
+    another order than the others."""
     from syncviz.analysis import partition_local as PL
     run = _copy(DATA / "straggler", tmp_path)
     files = R.rank_files(run)
@@ -535,19 +537,22 @@ def test_identities_of_ranks_that_made_the_same_calls_are_the_first_ranks(tmp_pa
     blocks = [n // len(files)] * len(files)
     assert sum(blocks) == n and PL._same_calls(c, blocks) is not None
 
-    def numbered(c, blocks):
+    def numbered(c, blocks, order):
         c = dict(c)
-        idents = PL.identities(c, x["order"], blocks)
+        idents = PL.identities(c, order, blocks)
         return c["ident"], idents
-    for change in (None, "name", "occurrence", "counts"):
-        cc, bb = dict(c), list(blocks)
+    for change in (None, "name", "occurrence", "counts", "launch order"):
+        cc, bb, order = dict(c), list(blocks), x["order"]
         if change in ("name", "occurrence"):
             cc[change] = c[change].copy()
             cc[change][n - 1] += 1          # the last rank's last call differs
         elif change == "counts":
             bb = [blocks[0] - 1, blocks[1] + 1] + blocks[2:]
-        assert (PL._same_calls(cc, bb) is None) == (change is not None), change
-        got, want = numbered(cc, bb), numbered(cc, None)
+        elif change == "launch order":       # the first rank's calls launched in reverse
+            order = order.copy()
+            order[:blocks[0]] = order[:blocks[0]][::-1]
+        assert (PL._same_calls(cc, bb) is None) == (change not in (None, "launch order")), change
+        got, want = numbered(cc, bb, order), numbered(cc, None, order)
         np.testing.assert_array_equal(got[0], want[0], err_msg=str(change))
         for k in want[1]:
             np.testing.assert_array_equal(got[1][k], want[1][k], err_msg=f"{change}: {k}")

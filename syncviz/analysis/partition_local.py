@@ -142,11 +142,20 @@ def identities(c: dict, order: np.ndarray, blocks: list[int] | None = None) -> d
     queueing's per-collective table names it by is the lowest rank's call. ``blocks``: the rows'
     count of each rank, rank by rank (rank_pass.merge), where known."""
     n = len(c["step"])
-    ident, n_ident = _same_calls(c, blocks) or \
-        K.dense_codes(K.group_codes(*(c[k] for k in IDENTITY)))
+    same = _same_calls(c, blocks)
+    ident, n_ident = same or K.dense_codes(K.group_codes(*(c[k] for k in IDENTITY)))
     c["ident"] = ident
-    first = np.full(n_ident, n, dtype=np.int64)
-    np.minimum.at(first, ident[order], np.arange(n))
+    if same and n_ident == blocks[0]:
+        # every rank made each call once (an identity counts its repeats), the first rank's rows
+        # first in ``order``: an identity's first place there is its place among them. One
+        # assignment of a rank's rows, not a minimum over all (~6 ms a partition of the 10^8-event
+        # DDP run, in each pass: session 47)
+        m = blocks[0]
+        first = np.empty(n_ident, dtype=np.int64)
+        first[ident[order[:m]]] = np.arange(m)
+    else:
+        first = np.full(n_ident, n, dtype=np.int64)
+        np.minimum.at(first, ident[order], np.arange(n))
     first = order[first] if n else first
     idents = {k: c[k][first] for k in IDENTITY}
     idents["row"] = first
