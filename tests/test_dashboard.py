@@ -82,6 +82,32 @@ def test_pages_load_dash_scripts_less_the_babel_polyfill(app):
     assert without_polyfill(cdn) == '<script src="https://unpkg.com/react@18.3.1/umd/react.production.min.js"></script>\n'
 
 
+def test_pages_get_a_plotly_js_of_the_trace_types_they_draw(app, tmp_path, monkeypatch):
+    """page_scripts: at the URL dash-renderer loads plotly.js from, the app serves the partial bundle,
+    which holds exactly page_scripts.TRACES (tests/test_dashboard_browser.py checks every page's
+    graphs against it), where it is the plotly.js version the plotly package ships; a bundle of
+    another version, or none, is not served (serves_bundle)."""
+    import re
+    from plotly.offline import get_plotlyjs_version
+    from syncviz.dashboard import page_scripts as P
+    body = P.BUNDLE.read_bytes()
+    assert sorted(m.decode() for m in set(re.findall(rb'name:"(\w+)",basePlotModule', body))) == sorted(P.TRACES)
+    client = app.server.test_client()
+    got = client.get("/" + P.PLOTLY_JS)
+    assert got.status_code == 200 and got.mimetype == "text/javascript"
+    if P.bundle_version() == get_plotlyjs_version():
+        assert got.data == body
+        assert client.get("/" + P.PLOTLY_JS, headers={"If-None-Match": got.headers["ETag"]}).status_code == 304
+    else:
+        assert got.data != body and b"plotly.js v" + get_plotlyjs_version().encode() in got.data[:300]
+    other = tmp_path / "other.min.js"
+    other.write_bytes(b"/* plotly.js v0.0.1 (MIT license): a stale bundle */ var Plotly;")
+    monkeypatch.setattr(P, "BUNDLE", other)
+    assert P.bundle_version() == "0.0.1" and not P.serves_bundle()
+    monkeypatch.setattr(P, "BUNDLE", tmp_path / "missing.min.js")
+    assert P.bundle_version() is None and not P.serves_bundle()
+
+
 # ------------------------------------------------------------------------------------ store
 
 def test_discovers_runs_by_relative_name(store):

@@ -369,6 +369,42 @@ def test_pages_run_without_the_babel_polyfill(server, browser):
     assert not js_errors(browser)
 
 
+# Every graph's trace types on the page, and the trace types its plotly.js holds
+TRACE_TYPES_JS = """
+return [Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => (g.data || []).map(t => t.type || 'scatter')).flat(),
+        Object.keys(Plotly.PlotSchema.get().traces).sort()];
+"""
+
+
+def test_every_page_draws_with_the_partial_plotly_js(server, browser):
+    """page_scripts.py: the pages load the partial plotly.js (page_scripts.TRACES, not Dash's full
+    one), and every graph of every page draws only trace types it holds (an unregistered type would
+    be drawn as nothing, with no error)."""
+    from syncviz.dashboard import page_scripts as P
+    from plotly.offline import get_plotlyjs_version
+    base, _ = server
+    drawn = set()
+    for page, run, graphs in (("replay", "synth24", ["replay-lateness"]),
+                              ("buckets", "synth8", ["buckets-map", "buckets-duration", "buckets-busbw", "buckets-delay"]),
+                              ("ratios", "synth8", ["ratios-steps", "ratios-skew"]),
+                              ("strategies", "synth8", ["strategies-split", "strategies-bytes"]),
+                              ("distributed", "synth8", ["distributed-ranks"])):
+        browser.get(f"{base}/{page}?run={run}")
+        if page == "replay":
+            wait_for(lambda: shown_step(browser) == 1, "synth24 drawn", driver=browser)
+        for gid in graphs:
+            wait_for(lambda: (graph(browser, gid) or {}).get("traces"), f"{page}: {gid} drawn")
+        types, held = browser.execute_script(TRACE_TYPES_JS)
+        if P.serves_bundle():
+            assert held == sorted(P.TRACES), held
+        else:       # the plotly package ships another plotly.js than the bundle's: Dash's full one is served
+            assert P.bundle_version() != get_plotlyjs_version() and len(held) > len(P.TRACES)
+        assert set(types) <= set(held), (page, types)
+        drawn |= set(types)
+    assert {"bar", "box", "heatmap", "scatter"} <= drawn, drawn
+    assert not js_errors(browser)
+
+
 def test_unknown_run_in_the_address_is_an_error(server, browser):
     base, _ = server
     browser.get(f"{base}/replay?run=does-not-exist")
