@@ -1,5 +1,5 @@
 'use strict';
-// The trace types the dashboard draws (page_scripts.TRACES; tests/test_plotly_bundle.py checks the
+// The trace types the dashboard draws (page_scripts.TRACES; tests/test_dashboard.py checks the
 // two agree, and the browser tests that every graph on every page uses only these).
 var Plotly = require('plotly.js/lib/core');     // scatter, shapes, annotations, legends, hover, modebar
 
