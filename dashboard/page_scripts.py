@@ -18,13 +18,13 @@ bundles), which Dash loads before its renderer.
 plotly.js: Dash's dcc.Graph loads the full plotly.min.js (4.8 MB, every trace type: maps, 3-D,
 geo...) when the first graph of a page mounts, from the URL dash-renderer gives it. Headless Chromium
 took 1.38 s to evaluate it on the first open of the Replay (AMD EPYC family 25 model 1, in Chromium's
-own trace of the page, tracing on; session 48), on the page's one thread, while the first step's
-draw waited. The app
-serves plotly_bundle/plotly-syncviz.min.js at that URL instead: the same plotly.js version built with
-only the trace types below (1.6 MB; plotly_bundle/build.js). The Replay's cold first open of
-benchmarks/scale.py's 10^8-event DDP run went from 3.94-4.04 s to 2.17-2.32 s (three alternated pairs,
-benchmarks/dashboard.py). Where the plotly Python package ships another plotly.js version, the full
-bundle is served as before: figures are built for the version it ships.
+own trace of the page, tracing on; session 48), on the page's one thread, while the first step's draw
+waited. The app serves plotly_bundle/plotly-syncviz.min.js at that URL instead: the same plotly.js
+version built with only the trace types below (1.6 MB; plotly_bundle/build.js). The Replay's cold
+first open of benchmarks/scale.py's 10^8-event runs, alternated with the full bundle (three pairs
+each, benchmarks/dashboard.py): DDP 3.57-4.58 s -> 2.37-2.45 s, ZeRO-3 3.22-4.07 s -> 1.94-2.21 s.
+Where the plotly Python package ships another plotly.js version, the full bundle is served as
+before: figures are built for the version it ships.
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ import flask
 POLYFILL_TAG = re.compile(r'<script\b[^>]*\bsrc="[^"]*/(?:@babel/)?polyfill@[^"]*"[^>]*>\s*</script>\s*')
 
 
-# Every trace type the pages draw: the bundle holds these and no other (tests/test_plotly_bundle.py;
-# the browser tests check every graph drawn on every page against the bundle's list)
+# Every trace type the pages draw: the bundle holds these and no other (tests/test_dashboard.py;
+# tests/test_dashboard_browser.py check every graph drawn on every page against the bundle's list)
 TRACES = ("bar", "box", "heatmap", "scatter", "scattergl")
 BUNDLE = Path(__file__).parent / "plotly_bundle" / "plotly-syncviz.min.js"
 # where dash-renderer tells dcc.Graph to load plotly.js from when Dash serves its scripts itself
