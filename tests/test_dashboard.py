@@ -630,6 +630,55 @@ def test_draw_reports_errors_as_cards(app):
         assert replay.heatmap_after_paint(painted) is replay.dash.no_update
 
 
+def test_a_drawn_steps_heatmap_is_made_while_the_page_paints_and_answered_before_the_step_after(app, monkeypatch):
+    """draw() answers without the heatmap and the server makes it meanwhile (replay_heatmap), once
+    the request has ended: heatmap_after_paint answers with that figure, the one draw_step gives;
+    draw_ahead, asked at the same moment as the heatmap, draws the next step only once the heatmap
+    was answered; a step not drawn here is not waited for, and a lost heatmap request is waited for
+    at most WAIT_S."""
+    import threading
+    import time
+    from dash._utils import to_json
+    from syncviz.dashboard.pages import replay, replay_heatmap
+    real_heat, real_render, made, order = replay.lateness_heatmap, replay.render, [], []
+
+    def heat(view, step):
+        made.append((threading.current_thread().name, step))
+        return real_heat(view, step)
+
+    def render(name, step, *args, **kw):
+        order.append(("render", step))
+        return real_render(name, step, *args, **kw)
+    monkeypatch.setattr(replay, "lateness_heatmap", heat)
+    monkeypatch.setattr(replay, "render", render)
+    replay.draw(["synth24", 2, "auto", 1])
+    order.clear()
+    ahead = []
+    t = threading.Thread(target=lambda: ahead.append(replay.draw_ahead(["synth24", 2, "auto"], 4)))
+    t.start()
+    time.sleep(0.3)              # draw_ahead is waiting: the step after is not drawn yet
+    order.append(("heatmap", 2))
+    late = replay.heatmap_after_paint(["synth24", 2, "auto"])
+    t.join()
+    assert order == [("heatmap", 2), ("render", 3)] and ahead[0][0]["key"] == ["synth24", 3, "auto"]
+    # made once, ahead, in its own thread (not by the request that answered it)
+    assert made[0] == ("syncviz-heatmap-ahead", 2) and late["key"] == ["synth24", 2, "auto"]
+    assert to_json(late["fig"]) == to_json(real_heat(replay.C.store().get("synth24").step_view(2), 2))
+    assert [m for m in made if m[1] == 2] == [made[0]]         # not made again when answered
+    # a step this server did not draw: answered when asked, draw_ahead does not wait for it
+    assert not replay._HEATMAPS.wait(["synth24", 1, "auto"])
+    assert replay.heatmap_after_paint(["synth24", 1, "auto"])["fig"]["layout"]["meta"] == {"step": 1}
+    # the heatmap request lost: draw_ahead waits WAIT_S, then draws the next step all the same
+    monkeypatch.setattr(replay_heatmap, "WAIT_S", 0.05)
+    replay.draw(["synth24", 3, "auto", 2])
+    assert replay.draw_ahead(["synth24", 3, "auto"], 4)[0]["key"] == ["synth24", 4, "auto"]
+    # a run whose lanes show no heatmap: none is made ahead
+    made.clear()
+    replay.draw(["synth8", 2, "auto", 3])
+    time.sleep(0.2)
+    assert made == [] and not replay._HEATMAPS.wait(["synth8", 2, "auto"])
+
+
 def test_a_step_asked_for_while_it_is_being_drawn_is_drawn_once(app, monkeypatch):
     """→ held down asks the server for the step draw_ahead is drawing: the second request waits for
     that draw and gets its result; a request after it has finished draws again (nothing is kept)."""

@@ -17,6 +17,7 @@ from syncviz.dashboard import components as C
 from syncviz.dashboard.data.readahead import prepare
 from syncviz.dashboard.data.stepview import STEP_TABLES
 from syncviz.dashboard.figures import timeline as TL
+from syncviz.dashboard.pages.replay_heatmap import HeatmapsAhead
 # the page's browser-side callbacks (registered on import) and the outputs they share with these
 from syncviz.dashboard.pages.replay_browser import FIGURE_OUTPUTS, FRONT, FRONT_OUTPUTS, SHOWN
 
@@ -91,7 +92,7 @@ def pick_run(name, mode="auto", follow=()):
     first, last = run.first_step, run.last_step
     start = last if run.recording and follow and "follow" in follow else run.start_step
     return (first, last, slider_marks(first, last), start, name, C.status_badge(run.recording, run.problems),
-            not run.recording, *heatmap_later(render(name, start, mode, heatmap=False)), *FRONT)
+            not run.recording, *heatmap_later(render(name, start, mode, heatmap=False), run), *FRONT)
 
 
 @dash.callback(Output("replay-step", "max", allow_duplicate=True), Output("replay-step", "marks", allow_duplicate=True),
@@ -250,19 +251,23 @@ def draw(want):
       without (session 33, when it was first held back until the paint);
     - it was still in this answer until session 42, 299 of its 1,153 kB: sent, parsed and
       computed (~7 ms of server time) before the timeline could be drawn.
-    (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run.)"""
+    (benchmarks/dashboard.py on benchmarks/scale.py's 10^8-event ZeRO-3 run.) The server makes it
+    meanwhile, once this answer is out, and answers it before draw_ahead's step (replay_heatmap)."""
     if not isinstance(want, list) or len(want) < 3 or (len(want) > 4 and want[4] == SHOWN):
         return (dash.no_update,) * (len(FIGURE_OUTPUTS) + len(FRONT_OUTPUTS) + 1)
     name, step, mode = want[:3]
     return (*heatmap_later(render(name, step, mode, heatmap=False)), *FRONT, want)
 
 
-def heatmap_later(out: tuple) -> list:
+def heatmap_later(out: tuple, run=None) -> list:
     """render()'s outputs without the heatmap (heatmap=False): where the step shows one, the
-    heatmap on screen dims until heatmap_after_paint's arrives."""
+    heatmap on screen dims until heatmap_after_paint's arrives, and the server makes it meanwhile
+    (replay_heatmap: once this response is out)."""
     out = list(out)
     if out[4] is None and out[2] != {"display": "none"}:
         out[1], out[2] = dash.no_update, PENDING_STYLE
+        key = out[5][:3]
+        _HEATMAPS.start(key, lambda: heatmap_of(*key, run=run))
     return out
 
 
@@ -275,16 +280,25 @@ def heatmap_after_paint(painted):
     no = dash.no_update
     if not isinstance(painted, list) or len(painted) != 3 or not painted[0] or not isinstance(painted[1], int):
         return no
-    name, step, mode = painted
     try:
-        run = C.store().get(name)
-        if choose_lanes(mode or "auto", len(run.ranks)) != "spread":
-            return no
-        step = run.nearest_step(step)
-        fig = lateness_heatmap(run.step_view(step), step)
+        fig = _HEATMAPS.take(painted, lambda: heatmap_of(*painted))
     except Exception:          # draw() has shown why as an error card, or the next draw will
-        return no
-    return {"key": painted, "fig": fig, "style": {}}
+        fig = None
+    finally:
+        _HEATMAPS.answered(painted)       # draw_ahead waits for this (replay_heatmap)
+    return no if fig is None else {"key": painted, "fig": fig, "style": {}}
+
+
+def heatmap_of(name, step, mode, run=None) -> dict | None:
+    """The lateness heatmap of ``step`` as the page shows it, or None where the lanes show none."""
+    run = run if run is not None else C.store().get(name)
+    if choose_lanes(mode or "auto", len(run.ranks)) != "spread":
+        return None
+    step = run.nearest_step(step)
+    return lateness_heatmap(run.step_view(step), step)
+
+
+_HEATMAPS = HeatmapsAhead()
 
 
 def files_version(sig: tuple) -> str:
@@ -318,6 +332,8 @@ def draw_ahead(drawn, last):
         return no, [name, step, mode, time.monotonic_ns()]
     if run.recording or not isinstance(last, int) or step >= last:
         return no, no          # recording: a step some ranks have not flushed yet would be kept partial
+    if len(drawn) == 3 and choose_lanes(mode or "auto", len(run.ranks)) == "spread":
+        _HEATMAPS.wait(drawn)   # its heatmap is answered first: it is on screen, this step is not yet
     out = list(render(name, step + 1, mode))
     if out[4] is not None:        # an error card
         return no, no
