@@ -464,7 +464,7 @@ def main(argv=None) -> int:
 
         lags = []       # ms from the harness's request of a key press to the page's keydown (not counted)
         moves = []      # (key, server ms or None, painted ms, received ms or None, data source, from the page's copy,
-        #                  shown ms, heatmap painted ms or None)
+        #                  shown ms, heatmap painted ms or None, the heatmap's request: (sent ms, answered ms, server ms) or None)
         keys = [Keys.ARROW_RIGHT] * (args.moves // 2) + [Keys.PAGE_UP] * (args.moves - args.moves // 2)
         step = start
         for key in keys:
@@ -486,13 +486,15 @@ def main(argv=None) -> int:
                 time.sleep(0.02)
             heat = heat - t0 if heat is not None and heat > 0 else None
             time.sleep(0.05)
-            draws = [c for c in driver.execute_script("return window.__calls;")
-                     if c["t0"] >= t0 and "replay-timeline.figure" in c["out"] and c["t1"] is not None]
+            calls = driver.execute_script("return window.__calls;")
+            draws = [c for c in calls if c["t0"] >= t0 and "replay-timeline.figure" in c["out"] and c["t1"] is not None]
+            asks = [c for c in calls if c["t0"] >= t0 and "replay-late.data" in c["out"] and c["t1"] is not None]
             source = driver.execute_script(
                 "return document.querySelector('.timeline.front .js-plotly-plot').layout.meta.source;")
             moves.append(("→" if key == Keys.ARROW_RIGHT else "PgUp",
                           max((c["server"] for c in draws if c["server"] is not None), default=None), drawn - t0,
-                          max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0, heat))
+                          max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0, heat,
+                          (asks[0]["t0"] - t0, asks[0]["t1"] - t0, asks[0]["server"]) if asks and heat is not None else None))
             step = expect
         traced = jump_breakdown(port, name, args.breakdown, args.look) if args.breakdown else None
     finally:
@@ -527,6 +529,12 @@ def main(argv=None) -> int:
         if heats:          # after the timeline since session 33 (pages/replay.py draw())
             print(f"    its lateness heatmap painted: median {statistics.median(heats):.0f} ms, max {max(heats):.0f} ms "
                   f"after the key press")
+            asked = [m[8] for m in served if m[8] is not None]
+            if asked:      # where the time after the timeline's paint goes
+                print(f"    its heatmap asked for a median {statistics.median(a[0] for a in asked):.0f} ms after the key "
+                      f"press, answered at {statistics.median(a[1] for a in asked):.0f} ms (server "
+                      f"{statistics.median(a[2] for a in asked if a[2] is not None):.0f} ms), painted "
+                      f"{statistics.median(m[7] - m[8][1] for m in served if m[8] is not None):.0f} ms after its answer")
     if kept:
         print(f"  drawn from the page's copy, drawn ahead ({len(kept)}): key press -> drawn in the browser median "
               f"{statistics.median(m[2] for m in kept):.0f} ms painted, max {max(m[2] for m in kept):.0f} ms (no round trip: the "
