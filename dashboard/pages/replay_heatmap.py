@@ -15,8 +15,9 @@ Measured in session 49 on benchmarks/scale.py's 10^8-event runs (`benchmarks/das
 --root /tmp/syncviz-scale --run <run>`, this code alternated with the former, two rounds each), a jump,
 key press -> heatmap painted, median of 12 jumps: DDP 212, 212 -> 171, 194 ms; ZeRO-3 313, 304 -> 255,
 243 ms; the timeline itself painted as before (DDP 99-114 ms, ZeRO-3 123-129 ms). Holding draw_ahead
-back a further 150 ms after the heatmap was answered changed nothing (ZeRO-3: 243 ms): what remains
-is the page's second round trip and Plotly drawing the heatmap.
+back a further 150 ms after the heatmap was answered changed nothing (ZeRO-3: 243 ms). The heatmap's
+request now takes 2-3 ms of server time; what remains is the page (ZeRO-3: it asks ~60 ms after the
+timeline's paint, its thread busy with that frame; Plotly draws the heatmap ~46-52 ms after the answer).
 """
 from __future__ import annotations
 
