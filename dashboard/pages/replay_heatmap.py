@@ -33,26 +33,32 @@ IDLE_S = 0.5        # the longest a heatmap made ahead waits for the requests in
 KEEP = 32           # steps remembered; each is asked for once, so older ones are only dropped
 
 
+class _Ahead:
+    """One drawn step's heatmap: the figure being made (None once taken) and whether it was answered."""
+    __slots__ = ("fig", "answered")
+
+    def __init__(self):
+        self.fig: Future | None = Future()
+        self.answered = threading.Event()
+
+
 class HeatmapsAhead:
     """Heatmap figures by key ([run, step, lane mode], as the page's replay-painted holds it)."""
 
     def __init__(self):
-        self._made: OrderedDict[tuple, Future] = OrderedDict()
-        self._answered: OrderedDict[tuple, threading.Event] = OrderedDict()
+        self._ahead: OrderedDict[tuple, _Ahead] = OrderedDict()
         self._lock = threading.Lock()
 
     def start(self, key, make: Callable[[], object]) -> None:
         """Make ``make()`` for ``key`` in a thread, once the requests being served have ended (a
         step drawn again, a run recording: a new one, not the one made before)."""
-        key = tuple(key)
-        fut = Future()
+        key, entry = tuple(key), _Ahead()
+        fut = entry.fig
         with self._lock:
-            self._made.pop(key, None)
-            self._made[key] = fut
-            _trim(self._made)
-            self._answered.pop(key, None)
-            self._answered[key] = threading.Event()     # wait() waits for keys started here alone
-            _trim(self._answered)
+            self._ahead.pop(key, None)
+            self._ahead[key] = entry
+            while len(self._ahead) > KEEP:
+                self._ahead.popitem(last=False)
 
         def run():
             FOREGROUND.wait_idle(timeout=IDLE_S)
@@ -66,24 +72,22 @@ class HeatmapsAhead:
     def take(self, key, make: Callable[[], object]):
         """The figure made ahead for ``key`` (waiting for it if it is being made), else ``make()``."""
         with self._lock:
-            fut = self._made.pop(tuple(key), None)
+            entry = self._ahead.get(tuple(key))
+            fut = entry.fig if entry is not None else None
+            if entry is not None:
+                entry.fig = None            # taken: a second ask makes its own
         return make() if fut is None else fut.result()
 
     def answered(self, key) -> None:
         """heatmap_after_paint has answered for ``key``."""
         with self._lock:
-            ev = self._answered.get(tuple(key))
-        if ev is not None:
-            ev.set()
+            entry = self._ahead.get(tuple(key))
+        if entry is not None:
+            entry.answered.set()
 
     def wait(self, key) -> bool:
         """Until ``key``'s heatmap was answered, at most WAIT_S, where it was started here (a step
         draw() drew; not one drawn by another server process, or before a restart); whether it was."""
         with self._lock:
-            ev = self._answered.get(tuple(key))
-        return ev is not None and ev.wait(WAIT_S)
-
-
-def _trim(d: OrderedDict) -> None:
-    while len(d) > KEEP:
-        d.popitem(last=False)
+            entry = self._ahead.get(tuple(key))
+        return entry is not None and entry.answered.wait(WAIT_S)
