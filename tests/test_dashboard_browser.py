@@ -326,6 +326,76 @@ def test_replay_without_request_idle_callback(server, browser):
         browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
 
 
+# When each callback request was sent, when each idle callback of the Replay's paint wait ran (the
+# one asked with {timeout: 200}: replay_browser.py), and each Plotly.react: [start, end, graph, step].
+ORDER_JS = """
+window.__sent = []; window.__idleRuns = []; window.__reacts = [];
+const f = window.fetch;
+window.fetch = function (url, opts) {
+  try {
+    if (String(url).indexOf('_dash-update-component') >= 0) {
+      window.__sent.push([JSON.parse(opts.body).output, performance.now()]);
+    }
+  } catch (e) {}
+  return f.apply(this, arguments);
+};
+const ric = window.requestIdleCallback;
+window.requestIdleCallback = function (cb, opts) {
+  const ours = opts && opts.timeout === 200;
+  return ric.call(window, function (d) { if (ours) { window.__idleRuns.push(performance.now()); } return cb(d); }, opts);
+};
+const watch = setInterval(function () {
+  const P = window.Plotly;
+  if (!P || !P.react) { return; }
+  clearInterval(watch);
+  const react = P.react;
+  P.react = function (gd) {
+    const t = performance.now(), out = react.apply(this, arguments);
+    const el = typeof gd === 'string' ? document.getElementById(gd) : gd;
+    const box = el && el.closest('[id]');
+    window.__reacts.push([t, performance.now(), box ? box.id : '?', ((el && el.layout && el.layout.meta) || {}).step]);
+    return out;
+  };
+}, 1);
+"""
+
+
+def test_a_drawn_steps_heatmap_is_asked_for_right_after_its_paint_frame(server, browser):
+    """A step the server drew: the page asks for its heatmap right after the frame that paints the
+    timeline, not once idle after it, when it asks for the step after it (replay_browser.py: the
+    browser rasterizes the timeline in between; on the 10^8-event ZeRO-3 run that was ~50-60 ms).
+    So, on the page's clock: the timeline handed to Plotly, then the heatmap asked for, then the
+    paint wait's idle callback, then the step after asked for; the heatmap drawn after the timeline."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    base, _ = server
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": ORDER_JS})
+    try:
+        browser.get(f"{base}/replay?run=synth24")
+        wait_for(lambda: shown_step(browser) == 1, "synth24 drawn", driver=browser)
+        wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": 1}, "step 1's heatmap")
+        wait_for(lambda: {side: step for _, side, step in browser.execute_script(STACK_JS)}.get("back") == 2,
+                 "step 2 drawn behind", driver=browser)
+        t0 = browser.execute_script("return performance.now();")
+        browser.find_element(By.CSS_SELECTOR, "#replay-step [role=slider]").send_keys(Keys.HOME)  # drawn by the server
+        wait_for(lambda: (graph(browser, "replay-lateness") or {}).get("meta") == {"step": 0}, "step 0's heatmap")
+        wait_for(lambda: {side: step for _, side, step in browser.execute_script(STACK_JS)}.get("back") == 1,
+                 "step 1 drawn behind", driver=browser)
+        sent, idles, reacts = browser.execute_script("return [window.__sent, window.__idleRuns, window.__reacts];")
+        sent = [(out, t) for out, t in sent if t > t0]
+        timeline = [r for r in reacts if r[0] > t0 and r[2] == "replay-timeline" and r[3] == 0]
+        heatmap = [r for r in reacts if r[0] > t0 and r[2] == "replay-lateness"]
+        asked = [t for out, t in sent if out == "replay-late.data"]
+        ahead = [t for out, t in sent if "replay-ahead.data" in out]
+        assert timeline and heatmap and len(asked) == 1 and ahead, (sent, reacts)
+        idle = [t for t in idles if t > timeline[0][1]]
+        assert timeline[0][1] <= asked[0] < idle[0] <= ahead[0], (timeline, asked, idle, ahead)
+        assert heatmap[0][0] >= timeline[0][1]
+        assert not js_errors(browser)
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
 GL_CANVAS_JS = """
 var done = arguments[arguments.length - 1];
 var div = document.createElement('div');

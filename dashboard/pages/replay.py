@@ -54,7 +54,8 @@ def layout(**_query):
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
         dcc.Store(id="replay-ahead"),   # the step after it, drawn while this one is looked at (draw_ahead)
         dcc.Store(id="replay-painted"),  # replay-drawn, once the browser has painted it (draw_ahead starts then)
-        dcc.Store(id="replay-late"),    # the heatmap of a step draw() drew, asked for once its timeline is painted
+        dcc.Store(id="replay-framed"),  # replay-drawn, right after the frame that paints it (its heatmap is asked for then)
+        dcc.Store(id="replay-late"),    # the heatmap of a step draw() drew, asked for once replay-framed holds it
         dcc.Store(id="replay-want"),    # [run, step, lane mode, nonce]: a step the browser has no copy of
         dcc.Store(id="replay-served"),  # the replay-want draw() answered last (an ask not answered is in flight)
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
@@ -245,7 +246,7 @@ def draw(want):
     itself while an ask was in flight, and asks again only so that Dash drops that one's answer.
 
     The lateness heatmap is not in this answer: the heatmap of the step before is dimmed, and the
-    page asks for the new one once the timeline is painted (heatmap_after_paint). Why:
+    page asks for the new one right after the frame that paints the timeline (heatmap_after_paint). Why:
     - Plotly took ~35 ms for the 300 × 243 heatmap of the 1,024-rank run before the timeline's
       paint could start: a jump was painted a median 284 ms after the key press with it, 260 ms
       without (session 33, when it was first held back until the paint);
@@ -271,12 +272,13 @@ def heatmap_later(out: tuple, run=None) -> list:
     return out
 
 
-@dash.callback(Output("replay-late", "data"), Input("replay-painted", "data"), prevent_initial_call=True)
+@dash.callback(Output("replay-late", "data"), Input("replay-framed", "data"), prevent_initial_call=True)
 def heatmap_after_paint(painted):
-    """The lateness heatmap of a step draw() or pick_run() drew, once the page has painted its timeline
-    (``painted``: its [run, step, lane mode]), as {"key", "fig", "style"}: the page hands it to
-    Plotly if the timeline in front still holds that step. A step shown from the page's copy
-    (a 4th item, its files_version: draw_ahead) came with its heatmap, and gets nothing here."""
+    """The lateness heatmap of a step draw() or pick_run() drew, asked for right after the frame that
+    paints its timeline (replay-framed; ``painted``: its [run, step, lane mode]), as {"key", "fig",
+    "style"}: the page hands it to Plotly if the timeline in front still holds that step. A step
+    shown from the page's copy (a 4th item, its files_version: draw_ahead) came with its heatmap,
+    and gets nothing here."""
     no = dash.no_update
     if not isinstance(painted, list) or len(painted) != 3 or not painted[0] or not isinstance(painted[1], int):
         return no

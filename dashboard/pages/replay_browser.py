@@ -124,10 +124,25 @@ dash.clientside_callback(
             return Array.isArray(k) && Array.isArray(key) && [0, 1, 2].every(i => k[i] === key[i]);
         };
         return new Promise(function (resolve) {
+            // Right after the frame that paints it (this callback runs after that frame, or a
+            // frame's callbacks find the timeline holding it: that frame paints it), its heatmap
+            // is asked for (replay.heatmap_after_paint): the browser rasterizes the timeline
+            // meanwhile, on another thread, before the page can paint again. Asked once idle
+            // (with draw_ahead, below) until session 50: a jump's heatmap painted ZeRO-3 269, 251
+            // -> 230, 229 ms after the key press, DDP 190, 197 -> 180, 181 ms, the timeline as
+            // before (benchmarks/dashboard.py --moves 24 on the 10^8-event runs, alternated).
+            // Asking with the step itself (at the key press) made it no sooner: its answer then
+            // lands while the page handles the timeline's, whose paint came later.
+            const framed = function () {
+                setTimeout(function () {
+                    if (!superseded()) { dash_clientside.set_props("replay-framed", {data: drawn}); }
+                }, 0);
+            };
             const wait = function () {
                 if (superseded()) {
                     resolve(no);
                 } else if (holds(drawn) || performance.now() - t0 > 2000) {
+                    framed();
                     requestAnimationFrame(function () { idle(function () {
                         resolve(superseded() ? no : drawn);
                     }, {timeout: 200}); });

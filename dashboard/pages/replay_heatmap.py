@@ -2,7 +2,7 @@
 the step's timeline, and answered before the step after it is drawn ahead.
 
 The page asks for a step's heatmap only once its timeline is painted (replay.draw: the timeline
-first), and at that moment also for the step after it (draw_ahead). Before session 49 the server
+first), and soon after also for the step after it (draw_ahead). Before session 49 the server
 made the heatmap only when asked, side by side with draw_ahead's whole next step: on 2 cores and
 one GIL the heatmap on screen waited for both. Now:
 - ``start``: once draw() (or pick_run()) has answered with the timeline, the heatmap is made in a
@@ -16,8 +16,11 @@ Measured in session 49 on benchmarks/scale.py's 10^8-event runs (`benchmarks/das
 key press -> heatmap painted, median of 12 jumps: DDP 212, 212 -> 171, 194 ms; ZeRO-3 313, 304 -> 255,
 243 ms; the timeline itself painted as before (DDP 99-114 ms, ZeRO-3 123-129 ms). Holding draw_ahead
 back a further 150 ms after the heatmap was answered changed nothing (ZeRO-3: 243 ms). The heatmap's
-request now takes 2-3 ms of server time; what remains is the page (ZeRO-3: it asks ~60 ms after the
-timeline's paint, its thread busy with that frame; Plotly draws the heatmap ~46-52 ms after the answer).
+request now takes 2-3 ms of server time; what remained was the page: on ZeRO-3 it asked ~60 ms after
+the timeline's paint, once idle, and the browser rasterized the timeline in between (Chromium's own
+trace, session 50: ~50 ms of software raster on its worker thread, the page's thread idle). Since
+session 50 the page asks right after the frame that paints the timeline (replay_browser.py), not once
+idle after it, and draw_ahead still waits for the idle.
 """
 from __future__ import annotations
 
