@@ -598,6 +598,10 @@ def test_many_ranks_are_aggregated(app):
     # the straggler (rank 7) launched every bucket late: its row is the hottest
     z = np.array([[v if v is not None else np.nan for v in row] for row in heat["z"]])
     assert heat["y"][int(np.nanargmax(np.nanmean(z, axis=1)))] == 7
+    # its colour scale runs from 0 ms to the latest cell (Plotly ignores a zmin set alone), and its
+    # right margin holds the colour bar at every step, so the plot does not move on a step change
+    assert heat["zmin"] == 0 and heat["zmax"] == np.nanmax(z) > 0
+    assert late["layout"]["margin"]["r"] == replay.TL.HEAT_MARGIN_R
     # each rank drawn on its own rows when asked for
     fig, _, show_late, _ = replay.draw_step("synth24", 1, "ranks")
     assert not show_late and sum(t.endswith("compute") for t in fig["layout"]["meta"]["rows"]) == 24

@@ -27,6 +27,12 @@ from 66 to 38 ms (medians of 15 step changes each way, alternated; benchmarks/sc
 is the response (~130 ms) and the browser painting the WebGL timeline (~125 ms, software GL)."""
 
 
+HEAT_MARGIN_R = 120
+"""The heatmap's right margin, px, wide enough for its colour bar: with 20, Plotly widened it to fit the
+bar (96-110 px, as its tick labels' widths changed from step to step), so the plot moved sideways on a
+step change and each such widening drew the whole figure a second time."""
+
+
 def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     """Rank × bucket heatmap of launch lateness (analysis.sync_lateness) for one step, in ms: the
     straggler is the hot row. A step without buckets (ZeRO-3, FSDP) has a column per collective.
@@ -71,18 +77,21 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     elif len(buckets) <= 40:
         xaxis.update(tickmode="array", tickvals=x, ticktext=[str(b) for b in x])
     height = int(min(700, max(260, 140 + 8 * len(rows))))
+    # The colour scale runs from 0 ms (the first rank), zmin and zmax both set: Plotly ignores a zmin
+    # set alone and took the cells' own minimum, after a pass over every cell for each bound.
+    zmax = float(np.nanmax(z)) if np.isfinite(z).any() else 0.0
     # The hover names the column by its x: a name per cell (customdata) was half of the 7.2 MB this
     # figure took for one step of the 1,024-rank run (benchmarks/scale.py's 10^8-event run).
     # z and y stay numpy arrays: Dash's JSON (plotly's, with orjson) falls back to walking every
     # element when a response holds components (the Replay's cards), and a 1,024 × 243 z as lists
     # cost ~150 ms of that walk per step change; arrays are passed to orjson whole (session 10).
     return {"data": [{"type": "heatmap", "z": z, "x": x,
-                      "y": rows, "colorscale": P.HEAT_SCALE, "zmin": 0,
+                      "y": rows, "colorscale": P.HEAT_SCALE, "zmin": 0, "zmax": max(zmax, 1e-3),
                       "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
                       "hovertemplate": (f"{who} %{{y}} · {what} %{{x}}<br>{when} %{{z:.2f}} ms after the first rank"
                                         "<extra></extra>")}],
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
-                       "height": height, "margin": {"l": 70 if k == 1 else 100, "r": 20, "t": 50, "b": 50},
+                       "height": height, "margin": {"l": 70 if k == 1 else 100, "r": HEAT_MARGIN_R, "t": 50, "b": 50},
                        "xaxis": xaxis, "yaxis": yaxis}}
 
 
