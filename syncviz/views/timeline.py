@@ -37,6 +37,11 @@ GL_ROWS = 160
 # step of 64 buckets on 4 ranks is ~600 bars and keeps its bar traces.
 PATH_BARS = 1500
 HOLLOW = "rgba(255,255,255,0.9)"
+# The outline of a hollow (waiting) span and of exposed communication, px. At 1.5 px the browser
+# stroked each of a path's thousands of rectangles in full for each tile it rasterized; at 1 px it
+# draws them as hairlines: the timeline of a ZeRO-3 step of benchmarks/scale.py's 10^8-event run
+# rasterized in 24 -> 10 ms in headless Chromium (session 50, its own trace, 9 redraws each).
+OUTLINE = 1.0
 # A bucket's service bar is labelled ("b12") only where it spans this share of the time axis, ~15 px
 # of a 1,000 px plot: Plotly shrinks a label to fit its bar, so on narrower bars it is unreadable,
 # and laying out the labels is most of a redraw. The 1,024-rank DDP run's step (4 ranks, 484 service
@@ -195,13 +200,13 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
         if gl:
             data.append(_segments(name, y, s, e, P.EXPOSED, width_px, role="exposed"))
         elif paths:      # a layout shape has no fill pattern: the hatch is a tint
-            data += path_bars(name, y, s, e, P.EXPOSED_TINT, P.EXPOSED, 1.5, custom, EXPOSED_HOVER, every, shapes,
+            data += path_bars(name, y, s, e, P.EXPOSED_TINT, P.EXPOSED, OUTLINE, custom, EXPOSED_HOVER, every, shapes,
                                role="exposed")
         else:
             data.append(_bars(name, y, s, e, "rgba(0,0,0,0)", role="exposed", customdata=custom, hover=EXPOSED_HOVER,
                               pattern={"shape": "/", "fgcolor": P.EXPOSED, "bgcolor": "rgba(0,0,0,0)",
                                        "fillmode": "overlay", "size": 6, "solidity": 0.5},
-                              line={"width": 1.5, "color": P.EXPOSED}))
+                              line={"width": OUTLINE, "color": P.EXPOSED}))
 
     if len(bars):
         data += _comm_traces(bars, rows, t0, params, gl, width_px, every, shapes, paths)
@@ -285,8 +290,8 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
             continue
         wide = (e - svc_start >= min_label_ms) & (not paths)
         hollow = f"{name} waiting (hollow)"
-        shapes.append(rect_path(hollow, y, s, e, HOLLOW, color, 1.5))
-        out.append(legend_only(hollow, HOLLOW, color, 1.5))
+        shapes.append(rect_path(hollow, y, s, e, HOLLOW, color, OUTLINE))
+        out.append(legend_only(hollow, HOLLOW, color, OUTLINE))
         first, last = ends(s, e, min_label_ms * HOVER_EDGE)
         out.append(hover_at(hollow, first, y, custom, color, role="bar", hollow=True))
         x_more, more = spread(s, svc_start, min_label_ms)        # along waiting parts too wide for one
