@@ -58,6 +58,7 @@ window.__shown = {};
 window.__keys = [];
 window.addEventListener('keydown', function () { window.__keys.push(performance.now()); }, true);
 window.__heat = {};
+window.__heatReact = {};
 function look() {
   // the lateness heatmap under the timeline (its layout.meta.step): painted when, the same way
   var hg = document.querySelector('#replay-lateness .js-plotly-plot');
@@ -80,7 +81,15 @@ setInterval(function () {
   var P = window.Plotly;
   if (P && P.react && !P.react.__watched) {
     var react = P.react;
-    P.react = function () { var out = react.apply(this, arguments); look(); return out; };
+    P.react = function (gd) {
+      var t = performance.now(), out = react.apply(this, arguments);
+      // the heatmap's own draw: when Plotly was handed it and how long it took (its step: layout.meta)
+      var el = typeof gd === 'string' ? document.getElementById(gd) : gd;
+      if (el && el.closest && el.closest('#replay-lateness') && el.layout && el.layout.meta) {
+        window.__heatReact[el.layout.meta.step] = [t, performance.now()];
+      }
+      look(); return out;
+    };
     P.react.__watched = true;
   }
   look();
@@ -464,7 +473,8 @@ def main(argv=None) -> int:
 
         lags = []       # ms from the harness's request of a key press to the page's keydown (not counted)
         moves = []      # (key, server ms or None, painted ms, received ms or None, data source, from the page's copy,
-        #                  shown ms, heatmap painted ms or None, the heatmap's request: (sent ms, answered ms, server ms) or None)
+        #                  shown ms, heatmap painted ms or None, the heatmap's request: (sent ms, answered ms, server ms) or None,
+        #                  its Plotly.react: (started ms, took ms) or None)
         keys = [Keys.ARROW_RIGHT] * (args.moves // 2) + [Keys.PAGE_UP] * (args.moves - args.moves // 2)
         step = start
         for key in keys:
@@ -485,6 +495,7 @@ def main(argv=None) -> int:
                     break
                 time.sleep(0.02)
             heat = heat - t0 if heat is not None and heat > 0 else None
+            drew = driver.execute_script("return window.__heatReact[arguments[0]] || null;", expect)
             time.sleep(0.05)
             calls = driver.execute_script("return window.__calls;")
             draws = [c for c in calls if c["t0"] >= t0 and "replay-timeline.figure" in c["out"] and c["t1"] is not None]
@@ -494,7 +505,8 @@ def main(argv=None) -> int:
             moves.append(("→" if key == Keys.ARROW_RIGHT else "PgUp",
                           max((c["server"] for c in draws if c["server"] is not None), default=None), drawn - t0,
                           max(c["t1"] for c in draws) - t0 if draws else None, source, not draws, shown - t0, heat,
-                          (asks[0]["t0"] - t0, asks[0]["t1"] - t0, asks[0]["server"]) if asks and heat is not None else None))
+                          (asks[0]["t0"] - t0, asks[0]["t1"] - t0, asks[0]["server"]) if asks and heat is not None else None,
+                          (drew[0] - t0, drew[1] - drew[0]) if drew and heat is not None else None))
             step = expect
         traced = jump_breakdown(port, name, args.breakdown, args.look) if args.breakdown else None
     finally:
@@ -535,6 +547,10 @@ def main(argv=None) -> int:
                       f"press, answered at {statistics.median(a[1] for a in asked):.0f} ms (server "
                       f"{statistics.median(a[2] for a in asked if a[2] is not None):.0f} ms), painted "
                       f"{statistics.median(m[7] - m[8][1] for m in served if m[8] is not None):.0f} ms after its answer")
+            drawn_at = [m[9] for m in served if m[9] is not None]
+            if drawn_at:   # the page's part: Plotly drawing it, then the frame that paints it
+                print(f"    Plotly was handed its heatmap a median {statistics.median(d[0] for d in drawn_at):.0f} ms after the "
+                      f"key press and drew it in {statistics.median(d[1] for d in drawn_at):.0f} ms")
     if kept:
         print(f"  drawn from the page's copy, drawn ahead ({len(kept)}): key press -> drawn in the browser median "
               f"{statistics.median(m[2] for m in kept):.0f} ms painted, max {max(m[2] for m in kept):.0f} ms (no round trip: the "
