@@ -637,7 +637,7 @@ def test_draw_reports_errors_as_cards(app):
 def test_a_drawn_steps_heatmap_is_made_while_the_page_paints_and_answered_before_the_step_after(app, monkeypatch):
     """draw() answers without the heatmap and the server makes it meanwhile (replay_heatmap), once
     the request has ended: heatmap_after_paint answers with that figure, the one draw_step gives;
-    draw_ahead, asked at the same moment as the heatmap, draws the next step only once the heatmap
+    draw_ahead, asked soon after the heatmap, draws the next step only once the heatmap
     was answered; a step not drawn here is not waited for, and a lost heatmap request is waited for
     at most WAIT_S."""
     import threading

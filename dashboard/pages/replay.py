@@ -334,8 +334,9 @@ def draw_ahead(drawn, last):
         return no, [name, step, mode, time.monotonic_ns()]
     if run.recording or not isinstance(last, int) or step >= last:
         return no, no          # recording: a step some ranks have not flushed yet would be kept partial
-    if len(drawn) == 3 and choose_lanes(mode or "auto", len(run.ranks)) == "spread":
-        _HEATMAPS.wait(drawn)   # its heatmap is answered first: it is on screen, this step is not yet
+    # its heatmap is answered first: it is on screen, this step is not yet (no wait where none was
+    # started here: lanes without a heatmap, a step shown from the page's copy, which brought its own)
+    _HEATMAPS.wait(drawn)
     out = list(render(name, step + 1, mode))
     if out[4] is not None:        # an error card
         return no, no
