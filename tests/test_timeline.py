@@ -339,7 +339,10 @@ def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():
     assert hot[:, 0].tolist() == [129, 129, 129] and tr["y"][129] == "516–519"
     assert tr["z"][129].tolist() == [5.0, 5.25, 5.5] and tr["z"][0].tolist() == [0.0, 0.25, 0.5]
     assert "a row per 4 ranks" in fig["layout"]["title"]["text"] and tr["hovertemplate"].startswith("ranks %{y}")
-    assert fig["layout"]["yaxis"]["type"] == "category"
+    axis = fig["layout"]["yaxis"]
+    assert axis["type"] == "category" and axis["title"]["text"] == "ranks, 4 a row"
+    # every 20th row labelled (13 of 256): Plotly lays out every label it draws on every redraw
+    assert axis["tickvals"] == tr["y"][::20] == axis["ticktext"] and axis["tickvals"][:2] == ["0–3", "80–83"]
     # an odd count: the last row holds what is left
     assert lateness_figure(late(MAX_HEAT_ROWS + 1, 0))["data"][0]["y"][-1] == f"{MAX_HEAT_ROWS}–{MAX_HEAT_ROWS}"
     few = lateness_figure(late(MAX_HEAT_ROWS, 7))["data"][0]          # a row a rank: as before
@@ -369,6 +372,7 @@ def test_ratios_rank_step_map_of_many_ranks_is_binned_with_the_latest_of_each_ro
     assert np.isnan(tr["z"][255, 2]) and tr["z"][255, :2].tolist() == [0.0, 0.25]
     assert "a row per 4 ranks" in fig["layout"]["title"]["text"] and tr["hovertemplate"].startswith("ranks %{y}")
     assert fig["layout"]["yaxis"]["type"] == "category" and tr["x"] == [3, 4, 5]
+    assert fig["layout"]["yaxis"]["tickvals"] == tr["y"][::20]        # labelled as the Replay's heatmap
     assert skew_heatmap_figure(matrix(MAX_HEAT_ROWS + 1, 0))["data"][0]["y"][-1] == f"{MAX_HEAT_ROWS}–{MAX_HEAT_ROWS}"
     few = skew_heatmap_figure(matrix(MAX_HEAT_ROWS, 7))["data"][0]     # a row a rank: as before
     assert few["y"] == list(range(MAX_HEAT_ROWS)) and few["z"][7].max() == 5.5

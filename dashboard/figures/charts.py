@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.dashboard.figures.timeline import BUCKET_SCALE, empty_figure, rank_rows
+from syncviz.dashboard.figures.timeline import BUCKET_SCALE, binned_rows_axis, empty_figure, rank_rows
 from syncviz.views import palette as P
 
 GL_POINTS = 2000    # above this many points per line, draw it with WebGL
@@ -246,9 +246,9 @@ def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
     # to the µs, as the Replay's heatmap; a NaN is a gap (null in the figure's JSON), and z stays an
     # array, which Dash's JSON writes whole (as lists, a Python object per cell)
     z = np.round(z, 3)
-    yaxis = {"title": {"text": "rank" if k == 1 else f"ranks, {k} a row"}, "autorange": "reversed"}
+    yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
     if k > 1:
-        yaxis["type"] = "category"
+        yaxis.update(binned_rows_axis(k, rows))
     elif len(ranks) <= 32:   # integer ticks on the rows (not -0.5 / 0.5 / 1.5 with 2 ranks)
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks.tolist()])
     xaxis = {"title": {"text": "step"}}

@@ -61,7 +61,7 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
     who, when = "rank", "launched"
     if k > 1:
-        yaxis.update(title={"text": f"ranks, {k} a row"}, type="category")
+        yaxis.update(binned_rows_axis(k, rows))
         who, when = "ranks", "the latest launched"
         title += f" · a row per {k} ranks: the latest of them"
     elif len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
@@ -104,6 +104,24 @@ def rank_rows(ranks: np.ndarray) -> tuple[int, np.ndarray | list]:
         return 1, ranks
     last = ranks[np.minimum(np.arange(k - 1, len(ranks) + k - 1, k), len(ranks) - 1)]
     return k, [f"{a}–{b}" for a, b in zip(ranks[::k].tolist(), last.tolist())]
+
+
+MAX_ROW_TICKS = 16
+"""Labelled rows of a binned heatmap at most. On a category axis Plotly labels as many rows as fit,
+43 of the 1,024-rank run's 256 ("0–3", "24–27", ...), each label laid out and measured on every
+redraw. With every 20th row labelled (13) a DDP step's heatmap redrew and reached its next frame in
+27.0-31.1 ms against 37.3-41.4 ms in headless Chromium (session 51: the page's own heatmaps of
+benchmarks/scale.py's 10^8-event DDP run, Plotly.react then the next frame, medians of 27 redraws
+each way, alternated, three runs)."""
+
+
+def binned_rows_axis(k: int, rows: list[str]) -> dict:
+    """The y axis of a heatmap with k > 1 ranks a row (rank_rows): a category per row, every j-th
+    row labelled (j of 1, 2, 5, 10, 20, 25, 50, ... so that at most MAX_ROW_TICKS are); the hover
+    still names every row."""
+    j = next(j for j in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 10**9) if -(-len(rows) // j) <= MAX_ROW_TICKS)
+    return {"title": {"text": f"ranks, {k} a row"}, "type": "category", "tickmode": "array",
+            "tickvals": rows[::j], "ticktext": rows[::j]}
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
