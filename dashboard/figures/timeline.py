@@ -72,7 +72,7 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
         x = [str(first.get(b, b)) for b in buckets]
         xaxis.update(type="category")
         if len(x) > 40:   # names under 243 columns were cut to "all_gat" and overlapped: every k-th number
-            k = next(k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9) if len(x) / k <= 15)
+            k = label_stride(len(x), 15)
             xaxis.update(tickmode="array", tickvals=x[::k], ticktext=[str(b) for b in buckets[::k]])
     elif len(buckets) <= 40:
         xaxis.update(tickmode="array", tickvals=x, ticktext=[str(b) for b in x])
@@ -117,11 +117,16 @@ each way, alternated, three runs)."""
 
 def binned_rows_axis(k: int, rows: list[str]) -> dict:
     """The y axis of a heatmap with k > 1 ranks a row (rank_rows): a category per row, every j-th
-    row labelled (j of 1, 2, 5, 10, 20, 25, 50, ... so that at most MAX_ROW_TICKS are); the hover
-    still names every row."""
-    j = next(j for j in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 10**9) if -(-len(rows) // j) <= MAX_ROW_TICKS)
+    row labelled (label_stride: at most MAX_ROW_TICKS are); the hover still names every row."""
+    j = label_stride(len(rows), MAX_ROW_TICKS)
     return {"title": {"text": f"ranks, {k} a row"}, "type": "category", "tickmode": "array",
             "tickvals": rows[::j], "ticktext": rows[::j]}
+
+
+def label_stride(n: int, most: int) -> int:
+    """Label every j-th of ``n`` ticks, j the first of 1, 2, 5, 10, 20, 50, ... that leaves at most
+    ``most`` labels."""
+    return next(j for j in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9) if -(-n // j) <= most)
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
