@@ -349,6 +349,22 @@ def test_lateness_of_many_ranks_is_binned_with_the_latest_of_each_row():
     assert len(few["y"]) == MAX_HEAT_ROWS and few["z"][7].max() == 5.5 and few["hovertemplate"].startswith("rank %{y}")
 
 
+def test_many_collectives_of_few_ranks_keep_the_narrow_rank_margin():
+    """A ZeRO-3 step of 2 ranks and 60 collectives: every 5th collective is labelled on x, and the
+    rows are still one a rank, so the left margin stays the 70 px of rank numbers (the x labels'
+    stride once reused the name of ranks-a-row, and widened it to the 100 px of "512–515")."""
+    n = 60
+    f = pd.DataFrame({"rank": np.repeat([0, 1], n), "step": 1, "micro": 0, "bucket": np.tile(np.arange(n), 2),
+                      "late_ns": np.tile(np.arange(n) * 1000, 2), "label": np.tile([f"all_gather #{i}" for i in range(n)], 2)})
+    fig = lateness_figure(f, "lateness of {what}")
+    x = fig["layout"]["xaxis"]
+    assert x["type"] == "category" and x["ticktext"] == [str(b) for b in range(0, n, 5)]
+    assert fig["layout"]["margin"]["l"] == 70 and fig["data"][0]["hovertemplate"].startswith("rank %{y}")
+    binned = lateness_figure(f.assign(rank=f["rank"] * 1000).pipe(
+        lambda g: pd.concat([g.assign(rank=g["rank"] + i) for i in range(300)])), "lateness of {what}")
+    assert binned["layout"]["margin"]["l"] == 100        # "0–3"-style row names
+
+
 def test_ratios_rank_step_map_of_many_ranks_is_binned_with_the_latest_of_each_row():
     """The Ratios page's rank × step map (analysis.lateness_matrix) bins ranks as the Replay's heatmap:
     above MAX_HEAT_ROWS ranks a row holds k ranks and, per step, the latest of them (a rank with no

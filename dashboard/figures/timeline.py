@@ -72,8 +72,8 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
         x = [str(first.get(b, b)) for b in buckets]
         xaxis.update(type="category")
         if len(x) > 40:   # names under 243 columns were cut to "all_gat" and overlapped: every k-th number
-            k = label_stride(len(x), 15)
-            xaxis.update(tickmode="array", tickvals=x[::k], ticktext=[str(b) for b in buckets[::k]])
+            every = label_stride(len(x), 15)     # not k: that is ranks per row, which sets the left margin
+            xaxis.update(tickmode="array", tickvals=x[::every], ticktext=[str(b) for b in buckets[::every]])
     elif len(buckets) <= 40:
         xaxis.update(tickmode="array", tickvals=x, ticktext=[str(b) for b in x])
     height = int(min(700, max(260, 140 + 8 * len(rows))))
