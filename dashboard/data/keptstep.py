@@ -8,7 +8,8 @@ What the Replay draws of a step with many ranks, and where each part comes from 
   one row group per partition;
 - the timeline of the four ranks drawn: their events of that step alone, analysed with every
   collective's last launch over all ranks (``joined``, as analysis.partitioned's second pass
-  computes a partition's comm_metrics), from the timeline origin kept for the step.
+  computes a partition's comm_metrics), on arrays (analysis.drawn_ranks), from the timeline origin
+  kept for the step.
 Each equals the whole read's table (tests/test_dashboard.py compares them, and the figures).
 
 Measured on the 1,024-rank 10^8-event run (benchmarks/scale.py): a step read and analysed for every
@@ -21,12 +22,13 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from syncviz import analysis as A
+from syncviz.analysis import drawn_ranks as DR
 from syncviz.analysis import queueing as Q
 from syncviz.analysis.steplateness import KeptLateness
 from syncviz import trace as T
-from syncviz.trace import schema as S
 from syncviz.views.runcache import REPLAY_KEYS
 
 SPREAD_COLUMNS = ("step_ns", "comm_busy_ns", "exposed_ns", "overlap_pct", "compute_comm_ratio", "bytes")
@@ -47,16 +49,13 @@ class Drawn(NamedTuple):
 def read_step(run_dir, step: int, spans: dict | None, ranks: list[int] | None = None) -> pd.DataFrame:
     """The events of ``step`` read from the rank files (``ranks``: only those), each file from the
     step's own bytes when ``spans`` (trace.spans, kept by the summary) locates them."""
+    return T.events_frame(read_step_table(run_dir, step, spans, ranks))
+
+
+def read_step_table(run_dir, step: int, spans: dict | None, ranks: list[int] | None = None) -> pa.Table:
+    """read_step's events as the validated Arrow table (what analysis.drawn_ranks takes)."""
     table, _, _ = T.load_events(run_dir, ranks=ranks, steps=(step, step + 1), spans=spans)
-    return T.events_frame(table)
-
-
-def analyse_ranks(events: pd.DataFrame, joined: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """compute_intervals, comm_metrics (every comm kind) and exposed_intervals of some ranks' events,
-    each collective's service measured from its last launch over all ranks (``joined``)."""
-    intervals = (A.compute_intervals(events), A.comm_rows(events))
-    return (intervals[0], A.comm_metrics(events, kinds=S.COMM_KINDS, joined=joined, intervals=intervals),
-            A.exposed_intervals(events, intervals=intervals))
+    return table
 
 
 class KeptReplay:
@@ -66,6 +65,7 @@ class KeptReplay:
                  skew: Callable[[], pd.DataFrame | None] = lambda: None,
                  rows: Callable[[int], pd.DataFrame | None] = lambda step: None):
         self.joined = joined.set_index(Q.EVENT_KEY)["last"].astype(float)
+        self._joined = DR.Joined(self.joined)      # looked up a step at a time (analysis.drawn_ranks)
         self._origin = dict(zip(origin["step"].tolist(), origin["start_ns"].tolist()))
         self._lateness = KeptLateness(lateness["folder"], lateness["items"])
         self._steps_of, self._rows_of = steps, rows
@@ -111,20 +111,24 @@ class KeptReplay:
 
     def at(self, step: int, run_dir, spans: dict | None) -> "KeptStep":
         """``step`` of the run in ``run_dir`` (``spans``: trace.spans of its files, for reading a step alone)."""
-        return KeptStep(self, step, lambda ranks: read_step(run_dir, step, spans, ranks))
+        return KeptStep(self, step, lambda ranks: read_step_table(run_dir, step, spans, ranks))
 
     def lateness(self, step: int) -> pd.DataFrame:
         """tables.sync_lateness rows of ``step`` (every rank; less launch_ns, which nothing drawn uses)."""
         return self._lateness.step(step)
+
+    def analyse(self, table: pa.Table) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """analyse_ranks of the drawn ranks' events (``table``: one step's), on arrays (analysis.drawn_ranks)."""
+        return DR.analyse(table, self._joined)
 
     def origin(self, step: int) -> int:
         return int(self._origin.get(step, 0))
 
 
 class KeptStep:
-    """One step of a KeptReplay: ``read(ranks)`` gives those ranks' events of the step."""
+    """One step of a KeptReplay: ``read(ranks)`` gives those ranks' events of the step (read_step_table)."""
 
-    def __init__(self, replay: KeptReplay, step: int, read: Callable[[list[int]], pd.DataFrame]):
+    def __init__(self, replay: KeptReplay, step: int, read: Callable[[list[int]], pa.Table]):
         self.replay, self.step, self._read = replay, step, read
         self.rows = 0          # event rows read (the drawn ranks')
 
@@ -139,9 +143,9 @@ class KeptStep:
 
     def drawn(self, picks: list) -> Drawn:
         ranks = [int(r) for r, _ in picks]
-        ev = self._read(ranks)
-        self.rows += len(ev)
-        return Drawn(picks, *analyse_ranks(ev, self.replay.joined), self.replay.origin(self.step))
+        table = self._read(ranks)
+        self.rows += table.num_rows
+        return Drawn(picks, *self.replay.analyse(table), self.replay.origin(self.step))
 
 
 def only_ranks(table: pd.DataFrame, ranks) -> pd.DataFrame:
