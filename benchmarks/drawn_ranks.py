@@ -9,7 +9,10 @@ tables (tests/test_drawn_ranks.py); this prints what each costs.
 
 For each of ``--steps`` steps: the drawn ranks' events of the step are read once (not timed), then
 each way is timed ``--repeat`` times, alternating which goes first; prints the median of each over the
-steps and the median of the paired ratios (reference / arrays). A run of yours must have been
+steps and the median of the paired ratios (reference / arrays). Then the same for what the server does
+for a jump (the Replay's ``render`` of a step without its heatmap, and Dash's JSON of the answer), on
+two stores of the run, one of them analysing the drawn ranks the reference way; other steps than the
+first table's, each drawn once a way (nothing cached). A run of yours must have been
 summarized (`syncviz summary`, which keeps the Replay's tables) and be over --max-run-gb, as
 `syncviz dash` reads it one step at a time.
 """
@@ -27,6 +30,10 @@ from pathlib import Path
 from syncviz import analysis as A
 from syncviz import trace as T
 from syncviz.analysis import drawn_ranks as DR
+from dash._utils import to_json
+
+from syncviz.dashboard import components as C
+from syncviz.dashboard.app import create_app
 from syncviz.dashboard.data.keptstep import read_step_table
 from syncviz.dashboard.data.store import RunStore
 from syncviz.trace import schema as S
@@ -49,18 +56,50 @@ def simulate(root: Path, kind: str, ranks: int, steps: int) -> str:
         subprocess.run([sys.executable, "-m", "syncviz", "simulate", *SIMULATED[kind], "--world-size", str(ranks),
                         "--steps", str(steps), "--steps-per-batch", "1", "--out", str(root / name)],
                        check=True, stdout=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "-m", "syncviz", "summary", str(root / name)], check=True, stdout=subprocess.DEVNULL)
+    # what the summary keeps is for this code: any change of syncviz's .py files makes it summarize again
+    subprocess.run([sys.executable, "-m", "syncviz", "summary", str(root / name)], check=True, stdout=subprocess.DEVNULL)
     return name
 
 
-def side_by_side(root: Path, name: str, n_steps: int, repeat: int, limit: int) -> None:
-    run = RunStore(root, max_run_bytes=limit).get(name)
+def opened(root: Path, name: str, limit: int):
+    """(store, run, its KeptReplay) with no read-ahead or background work."""
+    store = RunStore(root, max_run_bytes=limit)
+    run = store.get(name)
     run.prefetch_neighbours = run.analyse_in_background = lambda *args, **kwargs: None
     kept_step = run._kept_step(run.start_step)
     if not run.partial or kept_step is None:
         raise SystemExit(f"{name}: not a run read one step at a time with the kept Replay tables "
                          "(run `syncviz summary` on it; lower --max-run-gb for a small run)")
-    replay = kept_step.replay
+    return store, run, kept_step.replay
+
+
+def jumps(root: Path, name: str, n_steps: int, limit: int) -> None:
+    """The server's draw of a jump (replay.render without the heatmap, and Dash's JSON), this code
+    beside the reference analysis of the drawn ranks (one store each)."""
+    from syncviz.dashboard.pages.replay import render
+    (sa, run, _), (sb, _, ref_replay) = opened(root, name, limit), opened(root, name, limit)
+    ref_replay.analyse = lambda table: reference(table, ref_replay.joined)
+
+    def draw(store, step):
+        C.set_store(store)
+        t = time.perf_counter()
+        to_json(render(name, step, "auto", heatmap=False))
+        return 1e3 * (time.perf_counter() - t)
+    steps = [int(s) for s in run.step_list]
+    draw(sa, steps[0]), draw(sb, steps[0])           # files opened, footers read: out of the timing
+    picks = steps[2::max(1, (len(steps) - 2) // n_steps)][:n_steps]
+    new, old = [], []
+    for i, step in enumerate(picks):
+        for which in ((0, 1) if i % 2 else (1, 0)):
+            (old if which == 0 else new).append(draw(sb if which == 0 else sa, step))
+    ratios = [a / b for a, b in zip(old, new)]
+    print(f"  a jump's server draw (render + JSON), {len(picks)} steps: reference analysis median "
+          f"{statistics.median(old):.1f} ms, arrays {statistics.median(new):.1f} ms; paired ratio "
+          f"{statistics.median(ratios):.2f} [{min(ratios):.2f}..{max(ratios):.2f}]")
+
+
+def side_by_side(root: Path, name: str, n_steps: int, repeat: int, limit: int) -> None:
+    _, run, replay = opened(root, name, limit)
     joined = DR.Joined(replay.joined)
     steps = [int(s) for s in run.step_list]
     picks = steps[1::max(1, (len(steps) - 1) // n_steps)][:n_steps]
@@ -106,8 +145,10 @@ def main() -> None:
         root = Path(a.dir)
         root.mkdir(parents=True, exist_ok=True)
         names = [simulate(root, kind, a.ranks, a.sim_steps) for kind in SIMULATED]
+    create_app(str(root), max_run_bytes=limit)     # registers the pages, so replay.render can be imported
     for name in names:
         side_by_side(root, name, a.steps, a.repeat, limit)
+        jumps(root, name, a.steps, limit)
 
 
 if __name__ == "__main__":
