@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.analysis.timeline import collective_parts
+from syncviz.analysis.lanes import lanes
+from syncviz.analysis.timeline import wait_of
 from syncviz.trace import schema as S
 from syncviz.views import palette as P
 from syncviz.views.timeline_marks import (BAND, COMM_HOVER, COMPUTE_HOVER, EXPOSED_HOVER, HOVER_EDGE, end_and_along,
@@ -163,18 +164,15 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     slowest"); ``params`` maps (layout, bucket) to the parameters a bucket holds."""
     labels, params = labels or {}, params or {}
     shown = set(ranks)
-    bars = comm_bars(comm)
-    if len(bars):
-        bars = bars.reset_index(drop=True)
-        bars = pd.concat([bars, collective_parts(bars)], axis=1)
-        bars = bars[bars["rank"].isin(shown)]
-    comm_lanes = bars.groupby("rank")["lane"].max().add(1).to_dict() if len(bars) else {}
+    bars = _bar_columns(comm, shown)
+    n_bars = len(bars["rank"])
+    comm_lanes = {int(r): int(bars["lane"][bars["rank"] == r].max()) + 1 for r in np.unique(bars["rank"]).tolist()}
     rows = _Rows(ranks, labels, comm_lanes)
     n_rows = len(rows.names)
     comp = compute[compute["rank"].isin(shown)]
     ex = exposed[exposed["rank"].isin(shown)]
     gl = n_rows > GL_ROWS
-    paths = not gl and len(comp) + len(ex) + 2 * len(bars) > PATH_BARS    # a comm bar is two: hollow and solid
+    paths = not gl and len(comp) + len(ex) + 2 * n_bars > PATH_BARS    # a comm bar is two: hollow and solid
     every = LABEL_MIN_SPAN * (x_range or _span_ms(comp, bars))            # hover points at most this far apart
     px_row = 26 if not gl else max(2.0, min(14.0, 900.0 / max(1, n_rows)))
     width_px = max(1.0, px_row * BAND)
@@ -218,7 +216,7 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
                                        "fillmode": "overlay", "size": 6, "solidity": 0.5},
                               line={"width": OUTLINE, "color": P.EXPOSED}))
 
-    if len(bars):
+    if n_bars:
         data += _comm_traces(bars, rows, t0, params, gl, width_px, every, shapes, paths)
 
     height = int(min(max_height, 130 + n_rows * px_row))
@@ -249,14 +247,44 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     return {"data": data, "layout": layout}
 
 
-def _span_ms(comp: pd.DataFrame, bars: pd.DataFrame) -> float:
+def _span_ms(comp: pd.DataFrame, bars: dict) -> float:
     """The time the drawn bars cover, in ms (the x-axis's extent when no range is given)."""
-    starts = np.concatenate([comp["start_ns"].to_numpy(), bars["start_ns"].to_numpy()])
-    ends = np.concatenate([comp["end_ns"].to_numpy(), bars["end_ns"].to_numpy()])
+    starts = np.concatenate([comp["start_ns"].to_numpy(), bars["start_ns"]])
+    ends = np.concatenate([comp["end_ns"].to_numpy(), bars["end_ns"]])
     return float(ends.max() - starts.min()) / 1e6 if len(starts) else 0.0
 
 
-def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float,
+# comm_metrics' columns a comm bar is drawn from (_bar_columns), as they are and as floats
+BAR_COLUMNS = ("rank", "start_ns", "end_ns", "bucket", "layout", "ready_ns", "bytes", "exposed_ns")
+BAR_FLOATS = ("service_ns", "launch_delay_ns", "busbw_gbps")
+
+
+def _bar_columns(comm: pd.DataFrame, shown: set) -> dict:
+    """comm_bars' rows (in its order) of the ``shown`` ranks, with collective_parts' ``wait_ns`` and
+    ``lane`` (measured over every rank's bars, as before), as arrays by column: BAR_COLUMNS, BAR_FLOATS,
+    ``op`` (str), ``is_bucket``. Why arrays: the bars' frame, concatenated with its parts and filtered by
+    rank, copied comm_metrics' ~34 columns twice (~20% of a drawn 1,024-rank DDP step's figure, py-spy,
+    session 52); the same values in the same order."""
+    if not len(comm):
+        return {k: np.zeros(0) for k in (*BAR_COLUMNS, *BAR_FLOATS, "wait_ns", "lane", "op", "is_bucket")}
+    is_bucket = (comm["kind"] == S.BUCKET).to_numpy()
+    if is_bucket.all():
+        at = np.arange(len(comm))
+    else:           # comm_bars: the buckets, then the collectives that are not a bucket's inner call
+        coll = np.flatnonzero(~is_bucket)
+        inner = (comm["bucket"].to_numpy()[coll] >= 0) & np.isin(_key(comm.iloc[coll]), _key(comm[is_bucket]))
+        at = np.r_[np.flatnonzero(is_bucket), coll[~inner]]
+    col = {k: comm[k].to_numpy()[at] for k in BAR_COLUMNS}
+    col.update({k: comm[k].to_numpy(dtype=float)[at] for k in BAR_FLOATS})
+    col["wait_ns"] = wait_of(col["start_ns"], col["end_ns"], col["service_ns"])
+    col["lane"] = lanes(col["start_ns"], col["end_ns"], groups=col["rank"])
+    col["op"] = comm["op"].astype(str).to_numpy()[at]
+    col["is_bucket"] = is_bucket[at]
+    mine = np.flatnonzero(np.isin(col["rank"], list(shown)))
+    return {k: v[mine] for k, v in col.items()}
+
+
+def _comm_traces(bars: dict, rows: _Rows, t0: int, params: dict, gl: bool, width_px: float,
                  min_label_ms: float, shapes: list[dict], paths: bool = False) -> list[dict]:
     """Per op: the hollow whole span (role "bar": these never overlap within a row), the solid
     service part inside it, and in SVG the gradient-ready marks. A service part at least
@@ -265,14 +293,12 @@ def _comm_traces(bars: pd.DataFrame, rows: _Rows, t0: int, params: dict, gl: boo
     parts and the marks are appended to ``shapes`` (layout shapes, see rect_path), each with hover
     points where a bar trace would hover."""
     out = []
-    y_all = _rows_of(bars["rank"], rows.comm_y0) + bars["lane"].to_numpy()
-    # the columns drawn, as arrays once: a frame sliced per op (iloc) took its ~34 columns along,
-    # ~3 ms an op on the 1,024-rank ZeRO-3 step (its string columns Arrow-backed)
-    col = {k: bars[k].to_numpy() for k in ("start_ns", "end_ns", "bucket", "layout", "ready_ns", "bytes", "exposed_ns")}
-    col.update({k: bars[k].to_numpy(dtype=float) for k in ("service_ns", "wait_ns", "launch_delay_ns", "busbw_gbps")})
-    col["is_bucket"] = (bars["kind"] == S.BUCKET).to_numpy()
-    for op, idx in bars.groupby(bars["op"].astype(str), sort=True).indices.items():
-        f = {k: v[idx] for k, v in col.items()}
+    y_all = _rows_of(bars["rank"], rows.comm_y0) + bars["lane"]
+    # the columns drawn are arrays (_bar_columns): a frame sliced per op (iloc) took its ~34 columns
+    # along, ~3 ms an op on the 1,024-rank ZeRO-3 step (its string columns Arrow-backed)
+    for op in sorted(set(bars["op"].tolist())):
+        idx = np.flatnonzero(bars["op"] == op)
+        f = {k: v[idx] for k, v in bars.items()}
         y = y_all[idx]
         s, e = _ms(f["start_ns"], t0), _ms(f["end_ns"], t0)
         svc = f["service_ns"]
