@@ -72,11 +72,18 @@ def comm_bars(comm: pd.DataFrame) -> pd.DataFrame:
     if not len(comm):
         return comm
     is_bucket = (comm["kind"] == S.BUCKET).to_numpy()
+    return comm if is_bucket.all() else comm.iloc[comm_bar_rows(comm, is_bucket)].reset_index(drop=True)
+
+
+def comm_bar_rows(comm: pd.DataFrame, is_bucket: np.ndarray | None = None) -> np.ndarray:
+    """comm_bars' rows as positions in ``comm``, in its order: the buckets, then the other collectives
+    (``is_bucket``: which rows are buckets, where the caller has it)."""
+    is_bucket = (comm["kind"] == S.BUCKET).to_numpy() if is_bucket is None else is_bucket
     if is_bucket.all():
-        return comm
-    coll = comm[~is_bucket]
-    inner = (coll["bucket"].to_numpy() >= 0) & np.isin(_key(coll), _key(comm[is_bucket]))
-    return pd.concat([comm[is_bucket], coll[~inner]], ignore_index=True)
+        return np.arange(len(comm))
+    coll = np.flatnonzero(~is_bucket)
+    inner = (comm["bucket"].to_numpy()[coll] >= 0) & np.isin(_key(comm.iloc[coll]), _key(comm[is_bucket]))
+    return np.r_[np.flatnonzero(is_bucket), coll[~inner]]
 
 
 def bucket_param_labels(bmap: pd.DataFrame) -> dict:
@@ -268,12 +275,7 @@ def _bar_columns(comm: pd.DataFrame, shown: set) -> dict:
     if not len(comm):
         return {k: np.zeros(0) for k in (*BAR_COLUMNS, *BAR_FLOATS, "wait_ns", "lane", "op", "is_bucket")}
     is_bucket = (comm["kind"] == S.BUCKET).to_numpy()
-    if is_bucket.all():
-        at = np.arange(len(comm))
-    else:           # comm_bars: the buckets, then the collectives that are not a bucket's inner call
-        coll = np.flatnonzero(~is_bucket)
-        inner = (comm["bucket"].to_numpy()[coll] >= 0) & np.isin(_key(comm.iloc[coll]), _key(comm[is_bucket]))
-        at = np.r_[np.flatnonzero(is_bucket), coll[~inner]]
+    at = comm_bar_rows(comm, is_bucket)
     col = {k: comm[k].to_numpy()[at] for k in BAR_COLUMNS}
     col.update({k: comm[k].to_numpy(dtype=float)[at] for k in BAR_FLOATS})
     col["wait_ns"] = wait_of(col["start_ns"], col["end_ns"], col["service_ns"])
