@@ -3,7 +3,7 @@
 
 Per rank a compute row (forward, backward compute, optimizer; exposed communication hatched in
 vermillion where no compute runs) and as many comm rows as the rank had collectives in flight at
-once (analysis.timeline.collective_parts gives each its sub-lane), so no bar is painted over
+once (each its sub-lane and wait as analysis.timeline.collective_parts defines them: _bar_columns), so no bar is painted over
 another. A collective is drawn hollow from its start until its service began (waiting for late
 peers or for collectives queued ahead of it) and solid while it was served. Hover gives start,
 end and duration in ms since the step's first event.
