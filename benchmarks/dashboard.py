@@ -144,11 +144,14 @@ def make_run(root: Path, ranks: int, steps: int, buckets: int) -> Path:
     return run
 
 
+MAX_RUN_GB: list[str] = []     # --max-run-gb, passed on to `syncviz dash`
+
+
 def start_server(root: Path, port: int) -> subprocess.Popen:
     # The server's output goes to a file, not a pipe: nobody reads a pipe while pages load, and a
     # server that logs more than a pipe holds would block on it.
     log = open(Path(tempfile.gettempdir()) / f"syncviz-bench-dash-{port}.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "syncviz", "dash", str(root), "--port", str(port), *MAX_RUN_GB],
                             stdout=log, stderr=subprocess.STDOUT, text=True)
     proc.log = log
     deadline = time.time() + 60
@@ -404,8 +407,12 @@ def main(argv=None) -> int:
     ap.add_argument("--babel-polyfill", action="store_true",
                     help="run Dash's @babel/polyfill before the page's scripts, as Dash served it before "
                     "dashboard/page_scripts.py (to time the page as it was; benchmarks/page_scripts.py compares the two)")
+    ap.add_argument("--max-run-gb", type=float, help="passed to `syncviz dash`: a smaller run of yours read a step at a "
+                    "time, as a 10^8-event run is (it must have been summarized: `syncviz summary`)")
     args = ap.parse_args(argv)
     need_browser()
+    if args.max_run_gb is not None:
+        MAX_RUN_GB[:] = ["--max-run-gb", str(args.max_run_gb)]
     if args.babel_polyfill:
         INJECT.append(polyfill_source())
     if bool(args.root) != bool(args.run):
