@@ -21,9 +21,8 @@ from syncviz.analysis import eventarrays as E
 from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis.columns import _STR
-from syncviz.analysis.intervals import compute_rows
 from syncviz.analysis.metrics import algbw_gbps, busbw_factors, SCATTER_OPS
-from syncviz.analysis.partition_local import blocking, comm_of, is_wire
+from syncviz.analysis.partition_local import comm_of, compute_rows_of, is_wire
 from syncviz.analysis.tables import exposed_arrays
 
 COMM_COLUMNS = ["rank", "step", "micro", "kind", "bucket", "name", "op", "bytes", "logical_bytes", "dtype",
@@ -75,11 +74,7 @@ def analyse(table: pa.Table, joined: Joined) -> tuple[pd.DataFrame, pd.DataFrame
 def _compute(ev: E.EventArrays) -> tuple[pd.DataFrame, tuple]:
     """intervals.compute_intervals of the events, and its (rank, step, start, end) arrays."""
     k = ev.kind
-    b = blocking(ev)
-    blocked = (ev.rank[b], ev.step[b], ev.start[b], ev.end[b]) if len(b) else None
-    src, pos, start, end = compute_rows(ev.rank, ev.step, ev.micro, ev.start, ev.end, ev.layout,
-                                        (k == E.FORWARD) | (k == E.EVAL_FORWARD), k == E.BACKWARD,
-                                        k == E.OPTIMIZER, k == E.GRAD_READY, blocked)
+    src, pos, start, end = compute_rows_of(ev)
     index = pd.RangeIndex(len(src)) if pos is None else pd.Index(pos)
     spans = (ev.rank[src], ev.step[src], start, end)
     frame = pd.DataFrame({"rank": spans[0], "step": spans[1], "micro": ev.micro[src], "kind": _strings(E.KIND_NAMES[k[src]]),

@@ -46,13 +46,19 @@ class Local:
 
 def compute_of(ev: E.EventArrays) -> tuple[tuple, np.ndarray]:
     """compute_intervals of the partition: ((rank, step, start, end), kind code of each interval)."""
+    src, _, start, end = compute_rows_of(ev)
+    return (ev.rank[src], ev.step[src], start, end), ev.kind[src]
+
+
+def compute_rows_of(ev: E.EventArrays) -> tuple:
+    """intervals.compute_rows of the events: (source row, place before invalid rows were dropped or
+    None, start, end) of each compute interval."""
     k = ev.kind
     b = blocking(ev)
     blocked = (ev.rank[b], ev.step[b], ev.start[b], ev.end[b]) if len(b) else None
-    src, _, start, end = compute_rows(ev.rank, ev.step, ev.micro, ev.start, ev.end, ev.layout,
-                                      (k == E.FORWARD) | (k == E.EVAL_FORWARD), k == E.BACKWARD,
-                                      k == E.OPTIMIZER, k == E.GRAD_READY, blocked)
-    return (ev.rank[src], ev.step[src], start, end), k[src]
+    return compute_rows(ev.rank, ev.step, ev.micro, ev.start, ev.end, ev.layout,
+                        (k == E.FORWARD) | (k == E.EVAL_FORWARD), k == E.BACKWARD,
+                        k == E.OPTIMIZER, k == E.GRAD_READY, blocked)
 
 
 def blocking(ev: E.EventArrays) -> np.ndarray:
