@@ -21,13 +21,10 @@ from syncviz.analysis import eventarrays as E
 from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis.columns import _STR
-from syncviz.analysis.metrics import algbw_gbps, busbw_factors, SCATTER_OPS
-from syncviz.analysis.partition_local import comm_of, compute_rows_of, is_wire
+from syncviz.analysis.metrics import algbw_gbps, coded_busbw_factors
+from syncviz.analysis.partition_local import backward_end, comm_of, compute_rows_of, is_wire, occurrences
 from syncviz.analysis.tables import exposed_arrays
-
-COMM_COLUMNS = ["rank", "step", "micro", "kind", "bucket", "name", "op", "bytes", "logical_bytes", "dtype",
-                "group_size", "layout", "phase", "ready_ns", "hook_ns", "launch_ns", "start_ns", "end_ns"]
-
+from syncviz.trace import schema as S
 
 class Joined:
     """Each collective's last launch over all ranks (a float Series indexed by queueing.EVENT_KEY,
@@ -61,7 +58,7 @@ def analyse(table: pa.Table, joined: Joined) -> tuple[pd.DataFrame, pd.DataFrame
     ev = E.from_tables([table])
     comp, (crank, cstep, cstart, cend) = _compute(ev)
     rows, launch = comm_of(ev)
-    comm = _comm(ev, rows, launch, (crank, cstep, cstart, cend), comp["kind"].to_numpy() == "backward", joined)
+    comm = _comm(ev, rows, launch, (crank, cstep, cstart, cend), comp["kind"].to_numpy() == S.BACKWARD, joined)
     cols = ["rank", "step", "start_ns", "end_ns"]
     if not len(rows):
         exposed = pd.DataFrame(columns=cols)
@@ -91,10 +88,7 @@ def _comm(ev: E.EventArrays, rows: np.ndarray, launch: np.ndarray, comp: tuple, 
     hook, end = ev.start[rows], ev.end[rows]
     lf, ef = launch.astype(float), end.astype(float)
     not_wire = (~is_wire(kind, bucket)).astype(np.int64)
-    # queueing.occurrences: the n-th call of one identity on a rank, in launch order (ties: row order)
-    order = K.lexsort((lf, rank))
-    occ = np.empty(len(rows), dtype=np.int64)
-    occ[order] = K.cumcount(K.group_codes(*(c[order] for c in (rank, step, micro, kind, bucket, name))))
+    occ, _ = occurrences(rank, step, micro, kind, bucket, name, launch)
     last = np.full(len(rows), np.nan)
     steps, at = np.unique(step, return_inverse=True)
     for i, s in enumerate(steps.tolist()):        # the drawn rows are of one step: one slice of ``joined``
@@ -107,11 +101,7 @@ def _comm(ev: E.EventArrays, rows: np.ndarray, launch: np.ndarray, comp: tuple, 
     t = Q.service_times(lf, ef, Q.stream_prev_done(rank, not_wire, lf, ef), last)
     # queueing.attributed_exposed, with each row's backward compute end per (rank, step)
     s, e = Q.owned_arrays(K.group_codes(rank, step), lf, ef, not_wire)
-    be = None
-    if backward.any():
-        top, has = K.max_by_key([comp[0][backward], comp[1][backward]], comp[3][backward], [rank, step])
-        be = np.where(has, top.astype(float), np.nan)
-    exposed, after = Q.attributed_arrays(rank, step, s, e, comp, be)
+    exposed, after = Q.attributed_arrays(rank, step, s, e, comp, backward_end(comp, backward, rank, step))
     ready, nbytes = ev.ready[rows], ev.bytes[rows]
     ops = ev.ops[ev.op[rows]] if len(ev.ops) else np.full(len(rows), "", dtype=object)
     f = {"rank": rank, "step": step, "micro": micro, "kind": _strings(E.KIND_NAMES[kind]), "bucket": bucket,
@@ -122,8 +112,7 @@ def _comm(ev: E.EventArrays, rows: np.ndarray, launch: np.ndarray, comp: tuple, 
     f.update({k: t[k] for k in Q.TIME_COLUMNS})
     service = t["service_ns"]
     algbw = algbw_gbps(nbytes.astype(float), service)
-    factor = busbw_factors(np.array([o == "all_reduce" for o in ops], dtype=bool),
-                           np.array([o in SCATTER_OPS for o in ops], dtype=bool), ev.group_size[rows])
+    factor = coded_busbw_factors(ev.op[rows], ev.ops, ev.group_size[rows])
     f.update(exposed_ns=np.round(exposed).astype(np.int64), after_backward_ns=np.round(after).astype(np.int64),
              hook_to_launch_ns=(launch - hook).astype(np.int64), span_ns=(end - launch).astype(np.int64),
              duration_ns=service, launch_delay_ns=np.where(ready >= 0, launch - ready, np.nan),

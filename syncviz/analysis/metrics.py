@@ -77,6 +77,16 @@ def _busbw_factors(ops: pd.Series, n: pd.Series) -> np.ndarray:
 SCATTER_OPS = ("reduce_scatter", "all_gather", "all_to_all")
 
 
+def coded_busbw_factors(op: np.ndarray, ops, n: np.ndarray) -> np.ndarray:
+    """busbw_factors of rows whose ops are codes ``op`` into the names ``ops`` (each name tested
+    once, then looked up per row)."""
+    if not len(ops):
+        return busbw_factors(np.zeros(len(op), bool), np.zeros(len(op), bool), n)
+    ar = np.array([o == "all_reduce" for o in ops], dtype=bool)
+    sc = np.array([o in SCATTER_OPS for o in ops], dtype=bool)
+    return busbw_factors(ar[op], sc[op], n)
+
+
 def busbw_factors(all_reduce: np.ndarray, scatter: np.ndarray, n: np.ndarray) -> np.ndarray:
     """busbw_factor per row: ``all_reduce`` and ``scatter`` (reduce_scatter, all_gather, all_to_all)
     mark the rows of those ops, ``n`` is the group size."""

@@ -16,7 +16,7 @@ from syncviz.analysis import eventarrays as E
 from syncviz.analysis import keys as K
 from syncviz.analysis import queueing as Q
 from syncviz.analysis import spill
-from syncviz.analysis.metrics import SCATTER_OPS, algbw_gbps, busbw_factors
+from syncviz.analysis.metrics import algbw_gbps, coded_busbw_factors
 from syncviz.analysis.partition_local import ident_index, is_wire
 from syncviz.analysis.tables import BUCKET_MEDIANS
 
@@ -30,13 +30,8 @@ def comm_times(c: dict, idents: dict, events: pd.DataFrame) -> dict:
     launch, end = c["launch"].astype(float), c["end"].astype(float)
     t = Q.service_times(launch, end, c["prev"], events["last"].to_numpy(dtype=float)[gid])
     svc = t["service_ns"]
-    ops = c["ops"]
-    ar = np.array([o == "all_reduce" for o in ops], dtype=bool)        # per dictionary entry, then per row
-    sc = np.array([o in SCATTER_OPS for o in ops], dtype=bool)
-    op = c["op"]
     algbw = algbw_gbps(c["bytes"], svc)
-    factor = busbw_factors(ar[op] if len(ops) else np.zeros(len(op), bool), sc[op] if len(ops) else np.zeros(len(op), bool),
-                           c["group_size"])
+    factor = coded_busbw_factors(c["op"], c["ops"], c["group_size"])
     t.update(gid=gid, algbw_gbps=algbw, busbw_gbps=algbw * factor, bw_factor=factor, duration_ns=svc,
              span_ns=(c["end"] - c["launch"]).astype(np.int64))
     return t

@@ -99,6 +99,25 @@ def step_metrics_of(ev: E.EventArrays, comp=None, comm=None, keep: dict | None =
                             (ev.rank[st], ev.step[st], ev.start[st], ev.end[st]), keep)
 
 
+def occurrences(rank, step, micro, kind, bucket, name, launch) -> tuple[np.ndarray, np.ndarray]:
+    """queueing.occurrences on arrays: each comm row's count of earlier calls of its identity on its
+    rank, in launch order (ties: row order), and that order (the rows by rank, then launch)."""
+    order = K.lexsort((launch, rank))
+    occ = np.empty(len(rank), dtype=np.int64)
+    occ[order] = K.cumcount(K.group_codes(rank, step, micro, kind, bucket, name)[order])
+    return occ, order
+
+
+def backward_end(spans: tuple, backward: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray | None:
+    """queueing.attributed_exposed's backward end of each row's (rank, step): the latest end of the
+    compute intervals ``spans`` (rank, step, start, end) marked ``backward``; NaN where it has none,
+    None where no interval is backward."""
+    if not backward.any():
+        return None
+    top, found = K.max_by_key([spans[0][backward], spans[1][backward]], spans[3][backward], [rank, step])
+    return np.where(found, top.astype(float), np.nan)
+
+
 def local_pass(ev: E.EventArrays) -> Local:
     """Everything per rank: step_metrics, and the comm rows with their occurrence, identity, previous
     done on their stream and attributed exposed time."""
@@ -114,22 +133,11 @@ def local_pass(ev: E.EventArrays) -> Local:
     c.update({col: (ev.start if col == "hook" else getattr(ev, col))[rows[b]] for col in BUCKET_COLUMNS})
     wire = is_wire(c["kind"], c["bucket"])
     not_wire = (~wire).astype(np.int64)
-    # queueing.occurrences: the n-th call of one identity on a rank, in launch order (ties: row order)
-    order = K.lexsort((launch, c["rank"]))
-    same = K.group_codes(*(c[k] for k in ("rank", "step", "micro", "kind", "bucket", "name")))
-    occ = np.empty(len(rows), dtype=np.int64)
-    occ[order] = K.cumcount(same[order])
-    c["occurrence"] = occ
+    c["occurrence"], order = occurrences(*(c[k] for k in ("rank", "step", "micro", "kind", "bucket", "name")), launch)
     lf, ef = launch.astype(float), c["end"].astype(float)
     c["prev"] = Q.stream_prev_done(c["rank"], not_wire, lf, ef)
-    # queueing.attributed_exposed: backward compute's end per (rank, step) of the compute intervals
     cspans, ckind = comp
-    b = ckind == E.BACKWARD
-    if b.any():
-        bend, found = K.max_by_key([cspans[0][b], cspans[1][b]], cspans[3][b], [c["rank"], c["step"]])
-        bend = np.where(found, bend.astype(float), np.nan)
-    else:
-        bend = None
+    bend = backward_end(cspans, ckind == E.BACKWARD, c["rank"], c["step"])
     if len(rows):
         s, e = Q.owned_arrays(K.group_codes(c["rank"], c["step"]), lf, ef, not_wire)
         exposed, after = Q.attributed_arrays(c["rank"], c["step"], s, e, cspans, bend, shared or None)
