@@ -395,6 +395,22 @@ def test_ratios_rank_step_map_of_many_ranks_is_binned_with_the_latest_of_each_ro
     assert few["hovertemplate"].startswith("rank %{y}")
 
 
+def test_heatmaps_do_not_measure_their_tick_labels_for_overflow():
+    """Both lateness heatmaps (the Replay's, the Ratios page's) ask for ticklabeloverflow "allow" on
+    both axes and the colour bar: Plotly's default on a linear axis and a colour bar ("hide past
+    div") measures every label once for each label drawn, on every redraw (LABELS_UNMEASURED)."""
+    from syncviz.dashboard.figures.charts import skew_heatmap_figure
+    late = pd.DataFrame({"rank": np.repeat(np.arange(64), 3), "step": 1, "micro": 0, "bucket": np.tile([0, 1, 2], 64),
+                         "late_ns": np.tile([0, 250_000, 500_000], 64)})
+    matrix = pd.DataFrame(np.tile([0.0, 1e5], (64, 1)), index=pd.Index(np.arange(64), name="rank"),
+                          columns=pd.Index([3, 4], name="step"))
+    for fig in (lateness_figure(late, "lateness"), skew_heatmap_figure(matrix)):
+        for where in (fig["layout"]["xaxis"], fig["layout"]["yaxis"], fig["data"][0]["colorbar"]):
+            assert where["ticklabeloverflow"] == "allow"
+    a, b = lateness_figure(late)["data"][0]["colorbar"], lateness_figure(late)["data"][0]["colorbar"]
+    assert a == b and a is not b and a["title"] is not b["title"]        # each figure its own
+
+
 def test_bucket_labels_only_where_they_fit(tmp_path):
     """A bucket's service part is a labelled bar ("b1") only where it spans LABEL_MIN_SPAN of the
     time axis: Plotly shrinks a label into any bar, unreadable on a narrow one, and the labels cost

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from syncviz.dashboard.figures.timeline import BUCKET_SCALE, binned_rows_axis, empty_figure, rank_rows
+from syncviz.dashboard.figures.timeline import (BUCKET_SCALE, LABELS_UNMEASURED, binned_rows_axis, empty_figure,
+                                               heat_colorbar, rank_rows)
 from syncviz.views import palette as P
 
 GL_POINTS = 2000    # above this many points per line, draw it with WebGL
@@ -246,12 +247,12 @@ def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
     # to the µs, as the Replay's heatmap; a NaN is a gap (null in the figure's JSON), and z stays an
     # array, which Dash's JSON writes whole (as lists, a Python object per cell)
     z = np.round(z, 3)
-    yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
+    yaxis = {"title": {"text": "rank"}, "autorange": "reversed", **LABELS_UNMEASURED}
     if k > 1:
         yaxis.update(binned_rows_axis(k, rows))
     elif len(ranks) <= 32:   # integer ticks on the rows (not -0.5 / 0.5 / 1.5 with 2 ranks)
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks.tolist()])
-    xaxis = {"title": {"text": "step"}}
+    xaxis = {"title": {"text": "step"}, **LABELS_UNMEASURED}
     if len(steps) <= 40:
         xaxis.update(tickmode="array", tickvals=steps, ticktext=[str(c) for c in steps])
     who, when = ("rank", "launched") if k == 1 else ("ranks", "the latest of them launched")
@@ -259,7 +260,7 @@ def skew_heatmap_figure(table: pd.DataFrame, max_cols: int = 2000) -> dict:
                                                                    if k > 1 else "")
     return {"data": [{"type": "heatmap", "z": z, "x": steps, "y": ranks.tolist() if k == 1 else rows,
                       "colorscale": P.HEAT_SCALE, "zmin": 0,
-                      "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
+                      "colorbar": heat_colorbar(),
                       "hovertemplate": f"{who} %{{y}} · step %{{x}}<br>{when} %{{z:.2f}} ms after the first rank "
                                        "(mean over its buckets, or collectives in a step without buckets)<extra></extra>"}],
             "layout": {"title": _title(title),

@@ -27,6 +27,19 @@ from 66 to 38 ms (medians of 15 step changes each way, alternated; benchmarks/sc
 is the response (~130 ms) and the browser painting the WebGL timeline (~125 ms, software GL)."""
 
 
+LABELS_UNMEASURED = {"ticklabeloverflow": "allow"}
+"""On a heatmap's linear axes and its colour bar, Plotly's default ("hide past div") measures every
+tick label once for each label it draws, to hide those past the page's edge; none reaches it here (the
+margins hold them). So its axes and colour bar ask for "allow", as the step timeline's axes do since
+session 39. A step's heatmap, Plotly.react then the next frame in headless Chromium (the page's own
+heatmaps of 13 steps, the two ways alternated; /tmp/exp53/heat/ab.py, session 53): DDP 256 ranks × 121
+buckets 35.7 → 33.3 ms (paired median 0.90), ZeRO-3 256 ranks × 243 collectives 41.6 → 39.0 ms (0.92)."""
+
+def heat_colorbar() -> dict:
+    """The lateness heatmaps' colour bar (a fresh dict: a figure is a tree its callers may change)."""
+    return {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9, **LABELS_UNMEASURED}
+
+
 HEAT_MARGIN_R = 120
 """The heatmap's right margin, px, wide enough for its colour bar: with 20, Plotly widened it to fit the
 bar (96-110 px, as its tick labels' widths changed from step to step), so the plot moved sideways on a
@@ -59,7 +72,7 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     # full float64 precision z was 370 of the 702 kB a jump on the 1,024-rank DDP run sends; 278 kB so
     # (session 34)
     z = np.round(z, 3)
-    yaxis = {"title": {"text": "rank"}, "autorange": "reversed"}
+    yaxis = {"title": {"text": "rank"}, "autorange": "reversed", **LABELS_UNMEASURED}
     who, when = "rank", "launched"
     if k > 1:
         yaxis.update(binned_rows_axis(k, rows))
@@ -67,7 +80,7 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
         title += f" · a row per {k} ranks: the latest of them"
     elif len(ranks) <= 32:   # integer ticks at the rows, not -0.5 / 0.5 / 1.5
         yaxis.update(tickmode="array", tickvals=ranks.tolist(), ticktext=[str(r) for r in ranks])
-    xaxis = {"title": {"text": what if not labelled else "collective, in order of first launch"}}
+    xaxis = {"title": {"text": what if not labelled else "collective, in order of first launch"}, **LABELS_UNMEASURED}
     x = buckets.tolist()
     if labelled:   # "all_gather #3": the collective's op and its place in the step's launch order, as categories
         x = [str(first.get(b, b)) for b in buckets]
@@ -88,7 +101,7 @@ def lateness_figure(lateness: pd.DataFrame, title: str = "") -> dict:
     # cost ~150 ms of that walk per step change; arrays are passed to orjson whole (session 10).
     return {"data": [{"type": "heatmap", "z": z, "x": x,
                       "y": rows, "colorscale": P.HEAT_SCALE, "zmin": 0, "zmax": max(zmax, 1e-3),
-                      "colorbar": {"title": {"text": "ms late", "side": "right"}, "thickness": 12, "len": 0.9},
+                      "colorbar": heat_colorbar(),
                       "hovertemplate": (f"{who} %{{y}} · {what} %{{x}}<br>{when} %{{z:.2f}} ms after the first rank"
                                         "<extra></extra>")}],
             "layout": {"title": {"text": title, "x": 0.01, "font": {"size": 14}},
