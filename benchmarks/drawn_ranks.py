@@ -30,6 +30,7 @@ from pathlib import Path
 from syncviz import analysis as A
 from syncviz import trace as T
 from syncviz.analysis import drawn_ranks as DR
+from dash._no_update import NoUpdate
 from dash._utils import to_json
 
 from syncviz.dashboard import components as C
@@ -73,6 +74,15 @@ def opened(root: Path, name: str, limit: int):
     return store, run, kept_step.replay
 
 
+def answer_json(outputs: tuple) -> str:
+    """Dash's JSON of a callback's answer as its server sends it: outputs left as they are
+    (``dash.no_update``) are not in the answer. Serialized with them, as this benchmark did until
+    session 53, orjson refuses the NoUpdate object and plotly's encoder falls back to walking every
+    element of the figure (a ZeRO-3 step's ~5,000 hover points: ~40 ms a jump on the machines here)
+    that the server never pays."""
+    return to_json([v for v in outputs if not isinstance(v, NoUpdate)])
+
+
 def jumps(root: Path, name: str, n_steps: int, limit: int) -> None:
     """The server's draw of a jump (replay.render without the heatmap, and Dash's JSON), this code
     beside the reference analysis of the drawn ranks (one store each)."""
@@ -83,7 +93,7 @@ def jumps(root: Path, name: str, n_steps: int, limit: int) -> None:
     def draw(store, step):
         C.set_store(store)
         t = time.perf_counter()
-        to_json(render(name, step, "auto", heatmap=False))
+        answer_json(render(name, step, "auto", heatmap=False))
         return 1e3 * (time.perf_counter() - t)
     steps = [int(s) for s in run.step_list]
     draw(sa, steps[0]), draw(sb, steps[0])           # files opened, footers read: out of the timing
