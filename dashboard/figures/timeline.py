@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from syncviz.views import palette as P
-from syncviz.views.timeline import GL_ROWS, comm_bars, step_origin, timeline_figure  # noqa: F401
+from syncviz.views.timeline import GL_ROWS, LABELS_UNMEASURED, comm_bars, step_origin, timeline_figure  # noqa: F401
 
 GL_LANES = 16        # above this many ranks, "auto" draws the fastest, median and slowest rank
 BUCKET_SCALE = P.BUCKET_SCALE
@@ -26,14 +26,6 @@ from 66 to 38 ms (medians of 15 step changes each way, alternated; benchmarks/sc
 10^8 events, session 17). The whole change drawn moved within its noise (367 → 359 ms): most of it
 is the response (~130 ms) and the browser painting the WebGL timeline (~125 ms, software GL)."""
 
-
-LABELS_UNMEASURED = {"ticklabeloverflow": "allow"}
-"""On a heatmap's linear axes and its colour bar, Plotly's default ("hide past div") measures every
-tick label once for each label it draws, to hide those past the page's edge; none reaches it here (the
-margins hold them). So its axes and colour bar ask for "allow", as the step timeline's axes do since
-session 39. A step's heatmap, Plotly.react then the next frame in headless Chromium (the page's own
-heatmaps of 13 steps, the two ways alternated; /tmp/exp53/heat/ab.py, session 53): DDP 256 ranks × 121
-buckets 35.7 → 33.3 ms (paired median 0.90), ZeRO-3 256 ranks × 243 collectives 41.6 → 39.0 ms (0.92)."""
 
 def heat_colorbar() -> dict:
     """The lateness heatmaps' colour bar (a fresh dict: a figure is a tree its callers may change)."""

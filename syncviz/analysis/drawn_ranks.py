@@ -26,6 +26,7 @@ from syncviz.analysis.partition_local import backward_end, comm_of, compute_rows
 from syncviz.analysis.tables import exposed_arrays
 from syncviz.trace import schema as S
 
+
 class Joined:
     """Each collective's last launch over all ranks (a float Series indexed by queueing.EVENT_KEY,
     sorted, as the summary keeps it), looked up one step at a time: a step's slice of it as a dict

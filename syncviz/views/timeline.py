@@ -27,6 +27,15 @@ from syncviz.views import palette as P
 from syncviz.views.timeline_marks import (BAND, COMM_HOVER, COMPUTE_HOVER, EXPOSED_HOVER, HOVER_EDGE, end_and_along,
                                           ends, hover_at, legend_only, path_bars, ready_ticks, rect_path, spread)
 
+LABELS_UNMEASURED = {"ticklabeloverflow": "allow"}
+"""Tick labels not measured for overflow. On a linear axis or a colour bar Plotly's default ("hide past
+div") measures every tick label once for each label it draws, to hide those past the page's edge; none
+reaches it here (the margins hold them). The step timeline's axes ask for "allow" since session 39 (~13 ms
+of a 25-row redraw); the lateness heatmaps' axes and colour bar since session 53: a DDP step's heatmap
+(256 ranks × 121 buckets), Plotly's draw in the page 43, 42 → 36, 36 ms (benchmarks/dashboard.py
+--root BIG --run ddp256x150 --moves 24, HEAD and the change alternated, headless Chromium)."""
+
+
 GL_ROWS = 160
 # Above this many bars every bar is a path, not only the hollow spans and narrow service parts: a
 # ZeRO-3 step of the four ranks the Replay draws of a 1,024-rank run (benchmarks/scale.py's 10^8 run)
@@ -233,15 +242,13 @@ def timeline_figure(compute: pd.DataFrame, comm: pd.DataFrame, exposed: pd.DataF
     if dense and len(tickvals) > 40:
         every = int(np.ceil(len(tickvals) / 32))
         tickvals, ticktext = tickvals[::every], ticktext[::every]
-    # Tick labels are not measured for overflow ("allow"): Plotly's default on a linear axis ("hide
-    # past div") measures every label once for each label drawn, ~13 ms of a 25-row redraw (session 39)
     layout = {
         "title": {"text": title, "x": 0.01, "y": 0.99, "yanchor": "top", "font": {"size": 14}},
         "barmode": "overlay", "height": height, "margin": {"l": 150, "r": 20, "t": 80, "b": 40},
         "xaxis": {"title": {"text": "ms since the step's first event"}, "zeroline": False, "showgrid": True,
-                  "ticklabeloverflow": "allow"},
+                  **LABELS_UNMEASURED},
         "yaxis": {"tickvals": tickvals, "ticktext": ticktext, "autorange": "reversed", "zeroline": False,
-                  "showgrid": False, "tickfont": {"size": 10}, "range": None, "ticklabeloverflow": "allow"},
+                  "showgrid": False, "tickfont": {"size": 10}, "range": None, **LABELS_UNMEASURED},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
         "hovermode": "closest", "plot_bgcolor": "#fbfbfd", "uirevision": "timeline",
         "meta": {"rows": rows.names},
