@@ -25,7 +25,7 @@ cores of the reference functions; pass 1 keeps each comm row's per-rank results 
 pass 2 finishes them with the cross-rank numbers (partition_joined). The whole-run functions stay the
 reference: tests/test_partitioned.py compares every number, table and report byte with them.
 
-Memory: one partition's events (about 750,000 rows) per worker, plus per-collective and per-(rank,
+Memory: one partition's events (about 1.5 M rows) per worker, plus per-collective and per-(rank,
 step) tables; never the run. ``summarize`` returns a SummaryTables the summary view lays out.
 """
 from __future__ import annotations
@@ -51,7 +51,14 @@ from syncviz.analysis.tables import step_table_of
 from syncviz.trace import read as R
 from syncviz.trace import validate as V
 
-PARTITION_EVENTS = 750_000        # events per partition: a few hundred MB of arrays per worker
+# Events per partition: ~1.5 GB at most in a worker. 1.5 M, not the 750,000 of sessions 20-54: a
+# partition's fixed costs (its result, its spill pieces, which every median then reads a slice of) paid
+# half as often. Measured 2026-12-03 (AMD EPYC family 25 model 17, two workers, `summarize` of the
+# simulated 10^8-event runs, sizes alternated: benchmarks/partition_size.py): DDP from the ranks' kept passes
+# 37.6, 38.0, 42.1 -> 33.4, 34.6, 36.0 s, peak 3.29 -> 3.50 GB (3 M: 34.0, 34.7, 38.1 s, 4.17 GB);
+# DDP reading every event 99.0 -> 93.4 s, 3.12 -> 3.56 GB; ZeRO-3 25.4, 27.9 -> 22.2, 24.5 s,
+# 2.11 -> 2.36 GB.
+PARTITION_EVENTS = 1_500_000
 BYTES_PER_EVENT = 52              # on disk (simulated 1,024-rank ZeRO-3 run: 217 MB for 4.17 M events)
 
 

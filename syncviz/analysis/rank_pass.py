@@ -51,11 +51,11 @@ log = logging.getLogger("syncviz.rank_pass")
 FORMAT = 4                      # 4: close integers as differences; 3: LZ4 frames (rank_pass_file.CODEC); 2: zstd
 DIR = "ranks"                   # under the run's cache folder; views.runcache keeps it when it empties the rest
 SUFFIX = ".pass1"
-# A run is worth it when the summary would read it as more than one partition (partitioned.PARTITION_EVENTS
-# events at partitioned.BYTES_PER_EVENT on disk): below that the summary is a few seconds anyway.
+# A run is worth it from about 750,000 events (at partitioned.BYTES_PER_EVENT on disk; the size of a
+# partition until 2026-12-03, half of one now): below that the summary is a few seconds anyway.
 WORTH_BYTES = 750_000 * 52
-# ...and a rank keeps none when its own file is bigger than two partitions: analysing it at close would
-# hold more memory in the training process than a summary worker holds (~0.4 GB per 1.5 M events).
+# ...and a rank keeps none when its own file is bigger than 1.5 M events (a partition): analysing it at
+# close would hold more memory in the training process than a summary worker holds (~0.4 GB per 1.5 M events).
 MAX_BYTES = 2 * WORTH_BYTES
 # The code a kept pass depends on: reading the rank file (trace) and analysing it (analysis), which
 # import nothing else of syncviz's (a change to the recorder, the views or the dashboard keeps them).
