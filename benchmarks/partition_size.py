@@ -1,6 +1,7 @@
 """The partitioned summary at several partition sizes, alternated in one run: wall, CPU and peak
-memory (process tree) of `analysis.partitioned.summarize` as `syncviz summary` calls it (with what
-`compare` measures and the Replay's pieces), a fresh process each time.
+memory (process tree) of `analysis.partitioned.summarize` as `syncviz summary` calls it
+(`views.runcache.summarize_to_keep`: with what `compare` measures and the Replay's pieces), a fresh
+process each time.
 
     python benchmarks/scale.py --sizes 1e8 --skip-views --kind ddp --dir /tmp/runs   # makes the run
     python benchmarks/partition_size.py /tmp/runs/ddp70b-1024x781-b1 --sizes 7.5e5,1.5e6 --rounds 3
@@ -20,11 +21,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from scale import measure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# Through views.runcache.summarize_to_keep, the one place that says what `syncviz summary` asks of the
+# partitioned summary, so this follows it if that changes. It writes no cache itself.
 ONE = """
 import sys, tempfile
-from syncviz.analysis.partitioned import summarize
+from syncviz.views.runcache import summarize_to_keep
 if __name__ == "__main__":
-    summarize(sys.argv[1], target_events=int(float(sys.argv[2])), compare=True, replay_dir=tempfile.mkdtemp())
+    summarize_to_keep(sys.argv[1], tempfile.mkdtemp(), target_events=int(float(sys.argv[2])))
 """
 
 
