@@ -50,7 +50,7 @@ def main() -> None:
                 m = measure([sys.executable, str(script), args.run, s], args.timeout, cwd=str(ROOT))
                 got[s].append(m)
                 print(f"round {r + 1}/{args.rounds}, {float(s):,.0f} events a partition: {m['wall_s']:.1f} s wall, "
-                      f"{m['cpu_s']:.1f} s CPU, peak {m['peak_gb']:.2f} GB ({m['status']})", flush=True)
+                      f"{m['cpu_s']:.1f} s CPU ({m['sys_s']:.1f} s system), peak {m['peak_gb']:.2f} GB ({m['status']})", flush=True)
     base = statistics.median(m["wall_s"] for m in got[sizes[0]])
     print(f"\n{'events a partition':>20} {'wall (each round)':>26} {'median':>8} {'ratio':>6} {'CPU median':>11} {'peak':>8}")
     for s in sizes:

@@ -18,12 +18,14 @@ The summary is timed twice: with the ranks' own first passes kept beside the run
 trace` and `syncviz simulate` write for a run this big: analysis/rank_pass.py; their cost is timed
 on its own first) and without them (every event read, as for a run an older syncviz recorded).
 
-Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers),
-peak memory (the sum of the resident sizes of the process and its workers, sampled every 50 ms:
-shared library pages count once per process, so this over-states a little) and the 1-minute load
-average before and after, since this machine's cores are shared. "same" says whether the
-partitioned summary printed exactly what --whole printed. Targets (issue 17): 10^8 events
-summarized in <= 30 s within <= 4 GB; dashboard first open <= 3 s and step change <= 200 ms.
+Each measurement is a fresh process: wall time, CPU time (user + system of it and its workers; the
+system part also on its own, "sys": on these VMs it is mostly memory the guest gave back to the host
+being faulted in again, README "Timing on these machines"), peak memory (the sum of the resident
+sizes of the process and its workers, sampled every 50 ms: shared library pages count once per
+process, so this over-states a little) and the 1-minute load average before and after, since this
+machine's cores are shared. "same" says whether the partitioned summary printed exactly what --whole
+printed. Targets (issue 17): 10^8 events summarized in <= 30 s within <= 4 GB; dashboard first open
+<= 3 s and step change <= 200 ms.
 Runs are cached under --dir and reused when their shape matches.
 """
 from __future__ import annotations
@@ -189,19 +191,20 @@ def measure(cmd: list[str], timeout: float, out: Path | None = None, cwd: str | 
         err = p.stderr.read().decode(errors="replace")
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    sys_s = after.ru_stime - before.ru_stime
+    cpu = (after.ru_utime - before.ru_utime) + sys_s
     if p.returncode and status == "ok":
         status = f"exit {p.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}"
-    return {"wall_s": wall, "cpu_s": cpu, "peak_gb": peak / 1e9, "load": (load0, os.getloadavg()[0]),
+    return {"wall_s": wall, "cpu_s": cpu, "sys_s": sys_s, "peak_gb": peak / 1e9, "load": (load0, os.getloadavg()[0]),
             "status": status}
 
 
 def row(label: str, events: int, m: dict | None, note: str = "") -> None:
     if m is None:
-        print(f"{label:<34} {events / 1e6:>8.1f} M  {'—':>8} {'—':>8} {'—':>8}  {'':>11}  {note}", flush=True)
+        print(f"{label:<34} {events / 1e6:>8.1f} M  {'—':>8} {'—':>8} {'—':>8} {'—':>8}  {'':>11}  {note}", flush=True)
         return
     ok = "" if m["status"] == "ok" else f"  [{m['status']}]"
-    print(f"{label:<34} {events / 1e6:>8.1f} M  {m['wall_s']:>7.1f}s {m['cpu_s']:>7.1f}s {m['peak_gb']:>6.2f}GB  "
+    print(f"{label:<34} {events / 1e6:>8.1f} M  {m['wall_s']:>7.1f}s {m['cpu_s']:>7.1f}s {m['sys_s']:>7.1f}s {m['peak_gb']:>6.2f}GB  "
           f"{m['load'][0]:>4.1f}→{m['load'][1]:<4.1f}  {note}{ok}", flush=True)
 
 
@@ -244,7 +247,7 @@ def main() -> None:
             continue
         run, n = simulate(root, size)
         print(f"\n{run.name}: {n:,} events, {sum(p.stat().st_size for p in run.iterdir()) / 1e9:.2f} GB on disk")
-        print(f"{'what':<34} {'events':>10}  {'wall':>8} {'CPU':>8} {'peak':>8}  {'load 1m':>11}")
+        print(f"{'what':<34} {'events':>10}  {'wall':>8} {'CPU':>8} {'sys':>8} {'peak':>8}  {'load 1m':>11}")
         new_out, old_out, read_out = root / "new.txt", root / "old.txt", root / "read.txt"
         # former code first: it empties the run's cache folder (rank passes included) when it keeps its report
         bases = []
