@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=10.0, help="seconds the freed memory stays free [10]")
     ap.add_argument("--rounds", type=int, default=3, help="rounds [3]")
     args = ap.parse_args()
+    if args.mb < 1 or args.rounds < 1 or not 0 <= args.idle < float("inf"):
+        ap.error("--mb and --rounds must be at least 1, --idle a number of seconds >= 0")
     n = args.mb * (1 << 20) // 8
     src = np.arange(n, dtype=np.float64)          # the bytes written to files, touched once here
     rows: dict[str, list[tuple[float, float]]] = {}

@@ -23,3 +23,10 @@ def test_fresh_memory_help_says_what_it_measures():
                          check=True).stdout
     words = " ".join(out.split())           # argparse wraps to the terminal's width
     assert "pages used again at once" in words and "--idle" in words
+
+
+def test_fresh_memory_refuses_sizes_it_cannot_time_in_one_line():
+    for bad in (["--mb", "0"], ["--rounds", "0"], ["--idle", "-1"], ["--idle", "inf"]):
+        p = subprocess.run([sys.executable, str(SCRIPT), *bad], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, (bad, p.stderr)
+        assert p.stderr.strip().splitlines()[-1].endswith("--idle a number of seconds >= 0"), (bad, p.stderr)
