@@ -31,6 +31,15 @@ if __name__ == "__main__":
 """
 
 
+def _events(text: str) -> float | None:
+    """A --sizes entry as the number of events it says, or None where it says none."""
+    try:
+        n = float(text)
+    except ValueError:
+        return None
+    return n if 1 <= n < float("inf") else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="a run folder (big enough for several partitions)")
@@ -38,9 +47,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="turns each size takes [3]")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per summary [900]")
     args = ap.parse_args()
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    if not sizes or any(_events(s) is None for s in sizes):
+        ap.error(f"--sizes {args.sizes!r}: event counts of at least 1, comma separated (7.5e5,1.5e6)")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if not (Path(args.run) / "run.json").exists():
         sys.exit(f"{args.run}: not a run folder (no run.json)")
-    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "one.py"        # a file, not -c: the workers are spawned and re-import it
         script.write_text(ONE)

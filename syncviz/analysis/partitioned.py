@@ -51,13 +51,15 @@ from syncviz.analysis.tables import step_table_of
 from syncviz.trace import read as R
 from syncviz.trace import validate as V
 
-# Events per partition: ~1.5 GB at most in a worker. 1.5 M, not the 750,000 of sessions 20-54: a
-# partition's fixed costs (its result, its spill pieces, which every median then reads a slice of) paid
-# half as often. Measured 2026-12-03 (AMD EPYC family 25 model 17, two workers, the simulated
-# 10^8-event runs, sizes alternated: `python benchmarks/partition_size.py RUN --rounds 2|3`): DDP from
-# the ranks' kept passes 51.2, 45.0 -> 44.1, 44.5 s, peak 3.23 -> 3.48 GB; ZeRO-3 30.1, 29.8, 28.3 ->
-# 26.0, 27.1, 26.5 s, 2.10 -> 2.36 GB; DDP reading every event 113.8, 112.5 -> 110.3, 111.8 s,
-# 3.06 -> 3.55 GB. 3 M events a partition gained nothing more and peaked at 4.17 GB (over issue 17's 4 GB).
+# Events per partition: ~1.5 GB at most in a worker (each worker's ru_maxrss on the 10^8-event runs,
+# session 56: DDP from the kept passes 1.52 and 1.01 GB, reading every event 1.50 and 0.88 GB; ZeRO-3
+# 0.77 and 0.68 GB). 1.5 M, not the 750,000 of sessions 20-54: a partition's fixed costs (its result,
+# its spill pieces, which every median then reads a slice of) paid half as often. Measured 2026-12-03
+# (AMD EPYC family 25 model 17, two workers, the simulated 10^8-event runs, sizes alternated:
+# `python benchmarks/partition_size.py RUN --rounds 2|3`): DDP from the ranks' kept passes 51.2, 45.0 ->
+# 44.1, 44.5 s, peak 3.23 -> 3.48 GB; ZeRO-3 30.1, 29.8, 28.3 -> 26.0, 27.1, 26.5 s, 2.10 -> 2.36 GB;
+# DDP reading every event 113.8, 112.5 -> 110.3, 111.8 s, 3.06 -> 3.55 GB. 3 M events a partition
+# gained nothing more and peaked at 4.17 GB (over issue 17's 4 GB).
 PARTITION_EVENTS = 1_500_000
 BYTES_PER_EVENT = 52              # on disk (simulated 1,024-rank ZeRO-3 run: 217 MB for 4.17 M events)
 

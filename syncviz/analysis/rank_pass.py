@@ -55,7 +55,8 @@ SUFFIX = ".pass1"
 # partition until 2026-12-03, half of one now): below that the summary is a few seconds anyway.
 WORTH_BYTES = 750_000 * 52
 # ...and a rank keeps none when its own file is bigger than 1.5 M events (a partition): analysing it at
-# close would hold more memory in the training process than a summary worker holds (~0.4 GB per 1.5 M events).
+# close would hold more memory in the training process than a summary worker holds (up to ~1.5 GB on a
+# partition of 1.5 M events: partitioned.PARTITION_EVENTS).
 MAX_BYTES = 2 * WORTH_BYTES
 # The code a kept pass depends on: reading the rank file (trace) and analysing it (analysis), which
 # import nothing else of syncviz's (a change to the recorder, the views or the dashboard keeps them).
