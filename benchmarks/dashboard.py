@@ -94,7 +94,7 @@ setInterval(function () {
   }
   look();
 }, 5);
-// each callback request: its outputs, when it was sent and answered, and its server time
+// each callback request (and the heatmap's, replay.add_routes): its outputs, when it was sent and answered, and its server time
 window.__calls = [];
 (function () {
   var f = window.fetch;
@@ -103,6 +103,9 @@ window.__calls = [];
     try {
       if (String(url).indexOf('_dash-update-component') >= 0) {
         rec = {out: JSON.parse(opts.body).output, t0: performance.now(), t1: null, server: null};
+        window.__calls.push(rec);
+      } else if (String(url).indexOf('_syncviz/replay-heatmap') >= 0) {   // replay.add_routes
+        rec = {out: 'replay-heatmap', t0: performance.now(), t1: null, server: null};
         window.__calls.push(rec);
       }
     } catch (e) {}
@@ -506,7 +509,7 @@ def main(argv=None) -> int:
             time.sleep(0.05)
             calls = driver.execute_script("return window.__calls;")
             draws = [c for c in calls if c["t0"] >= t0 and "replay-timeline.figure" in c["out"] and c["t1"] is not None]
-            asks = [c for c in calls if c["t0"] >= t0 and "replay-late.data" in c["out"] and c["t1"] is not None]
+            asks = [c for c in calls if c["t0"] >= t0 and c["out"] == "replay-heatmap" and c["t1"] is not None]
             source = driver.execute_script(
                 "return document.querySelector('.timeline.front .js-plotly-plot').layout.meta.source;")
             moves.append(("→" if key == Keys.ARROW_RIGHT else "PgUp",

@@ -38,6 +38,8 @@ def create_app(root: str | Path, max_run_bytes: int | None = None) -> dash.Dash:
     for page in PAGES:   # importing a page registers it (dash.register_page) and its callbacks
         importlib.import_module(f"{__package__}.pages.{page}")
     app.layout = shell
+    from syncviz.dashboard.pages import replay
+    replay.add_routes(app)
     _server_timing(app.server)
     _prefetch_on_navigation(app.server)
     return app

@@ -616,7 +616,7 @@ def test_draw_reports_errors_as_cards(app):
     assert error is None and fig["layout"]["meta"]["step"] == 3 and drawn == ["synth8", 3, "auto"]
     assert fig["layout"]["meta"]["key"] == drawn and front == ["timeline front", "timeline back"]   # brought to the front
     assert served == ["synth8", 3, "auto", 1234]          # the ask it answered (no longer in flight)
-    assert replay.heatmap_after_paint(drawn) is replay.dash.no_update      # synth8: every rank's lane, no heatmap
+    assert replay.heatmap_after_paint(drawn) is None      # synth8: every rank's lane, no heatmap
     assert replay.draw(None) == (replay.dash.no_update,) * 9
     # asked again only to drop an answer in flight (the page drew the step itself): nothing drawn
     assert replay.draw(["synth8", 3, "auto", 1235, replay.SHOWN]) == (replay.dash.no_update,) * 9
@@ -631,7 +631,30 @@ def test_draw_reports_errors_as_cards(app):
     assert to_json(late["fig"]) == to_json(replay.draw_step("synth24", 2)[1])     # the heatmap draw_step gives
     # a step shown from the page's copy (its files_version, a 4th item) brought its own; nothing asked
     for painted in (["synth24", 2, "auto", "1:2:3"], None, ["synth24"], ["", 2, "auto"]):
-        assert replay.heatmap_after_paint(painted) is replay.dash.no_update
+        assert replay.heatmap_after_paint(painted) is None
+
+
+def test_the_page_asks_a_plain_route_for_a_drawn_steps_heatmap(app):
+    """The page POSTs [run, step, lane mode] to replay.HEATMAP_PATH (not a Dash callback): the answer is
+    heatmap_after_paint's, encoded as Dash encodes a callback's, the heatmap draw_step gives; null
+    where there is none; anything else the route is sent gets null too, never an error page."""
+    import json
+
+    from dash._utils import to_json
+    from syncviz.dashboard.pages import replay
+    client = app.server.test_client()
+    url = "/" + replay.HEATMAP_PATH
+    replay.draw(["synth24", 2, "auto", 11])          # made ahead, as after a draw
+    r = client.post(url, json=["synth24", 2, "auto"])
+    assert r.status_code == 200 and r.mimetype == "application/json"
+    late = r.get_json()
+    assert late["key"] == ["synth24", 2, "auto"] and late["style"] == {}
+    assert json.loads(to_json(replay.draw_step("synth24", 2)[1])) == late["fig"]
+    assert client.post(url, json=["synth24", 3, "auto"]).get_json()["fig"]["layout"]["meta"] == {"step": 3}
+    for body in ([b"not json"], [b"[1, 2]"], ["synth8", 2, "auto"], ["synth24", 2, "auto", "1:2:3"], {"a": 1}, 7):
+        r = client.post(url, data=body[0], content_type="application/json") if isinstance(body, list) and \
+            isinstance(body[0], bytes) else client.post(url, json=body)
+        assert r.status_code == 200 and r.get_json(silent=True) is None and r.data == b"null", body
 
 
 def test_a_drawn_steps_heatmap_is_made_while_the_page_paints_and_answered_before_the_step_after(app, monkeypatch):

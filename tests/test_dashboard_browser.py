@@ -335,6 +335,8 @@ window.fetch = function (url, opts) {
   try {
     if (String(url).indexOf('_dash-update-component') >= 0) {
       window.__sent.push([JSON.parse(opts.body).output, performance.now()]);
+    } else if (String(url).indexOf('_syncviz/replay-heatmap') >= 0) {    // replay.add_routes
+      window.__sent.push(['replay-heatmap', performance.now()]);
     }
   } catch (e) {}
   return f.apply(this, arguments);
@@ -361,7 +363,8 @@ const watch = setInterval(function () {
 
 
 def test_a_drawn_steps_heatmap_is_asked_for_right_after_its_paint_frame(server, browser):
-    """A step the server drew: the page asks for its heatmap right after the frame that paints the
+    """A step the server drew: the page asks for its heatmap (of replay.add_routes' route, not a Dash
+    callback) right after the frame that paints the
     timeline, not once idle after it, when it asks for the step after it (replay_browser.py: the
     browser rasterizes the timeline in between; on the 10^8-event ZeRO-3 run that was ~50-60 ms).
     So, on the page's clock: the timeline handed to Plotly, then the heatmap asked for, then the
@@ -385,7 +388,7 @@ def test_a_drawn_steps_heatmap_is_asked_for_right_after_its_paint_frame(server, 
         sent = [(out, t) for out, t in sent if t > t0]
         timeline = [r for r in reacts if r[0] > t0 and r[2] == "replay-timeline" and r[3] == 0]
         heatmap = [r for r in reacts if r[0] > t0 and r[2] == "replay-lateness"]
-        asked = [t for out, t in sent if out == "replay-late.data"]
+        asked = [t for out, t in sent if out == "replay-heatmap"]
         ahead = [t for out, t in sent if "replay-ahead.data" in out]
         assert timeline and heatmap and len(asked) == 1 and ahead, (sent, reacts)
         idle = [t for t in idles if t > timeline[0][1]]

@@ -19,7 +19,7 @@ from syncviz.dashboard.data.stepview import STEP_TABLES
 from syncviz.dashboard.figures import timeline as TL
 from syncviz.dashboard.pages.replay_heatmap import HeatmapsAhead
 # the page's browser-side callbacks (registered on import) and the outputs they share with these
-from syncviz.dashboard.pages.replay_browser import FIGURE_OUTPUTS, FRONT, FRONT_OUTPUTS, SHOWN
+from syncviz.dashboard.pages.replay_browser import FIGURE_OUTPUTS, FRONT, FRONT_OUTPUTS, HEATMAP_PATH, SHOWN
 
 
 LANE_MODES = [{"label": "auto", "value": "auto"}, {"label": "each rank", "value": "ranks"},
@@ -54,8 +54,6 @@ def layout(**_query):
         dcc.Store(id="replay-drawn"),   # [run, step, lane mode] of the figure on screen
         dcc.Store(id="replay-ahead"),   # the step after it, drawn while this one is looked at (draw_ahead)
         dcc.Store(id="replay-painted"),  # replay-drawn, once the browser has painted it (draw_ahead starts then)
-        dcc.Store(id="replay-framed"),  # replay-drawn, right after the frame that paints it (its heatmap is asked for then)
-        dcc.Store(id="replay-late"),    # the heatmap of a step draw() drew, asked for once replay-framed holds it
         dcc.Store(id="replay-want"),    # [run, step, lane mode, nonce]: a step the browser has no copy of
         dcc.Store(id="replay-served"),  # the replay-want draw() answered last (an ask not answered is in flight)
         dcc.Interval(id="replay-tick", interval=PLAY_MS, disabled=True),
@@ -272,23 +270,41 @@ def heatmap_later(out: tuple, run=None) -> list:
     return out
 
 
-@dash.callback(Output("replay-late", "data"), Input("replay-framed", "data"), prevent_initial_call=True)
-def heatmap_after_paint(painted):
+def add_routes(app: dash.Dash) -> None:
+    """The page's route besides Dash's callbacks, on ``app``'s Flask server: POST [run, step, lane mode]
+    to HEATMAP_PATH (after the app's path prefix) for heatmap_after_paint's answer as JSON (null where
+    there is none). The page asks right after the frame that paints a step draw() or pick_run() drew
+    and hands the answer to the heatmap's graph itself (replay_browser.py). A plain route, not a Dash
+    callback, since session 58: as a callback it went from a store to the server and back into a
+    second store, then through a browser-side callback into the graph: on the 10^8-event DDP run,
+    from the ask to Plotly 29-44 ms for 4-8 ms of server time; now 14-20 ms for 3 ms, and a jump's
+    heatmap painted 212-220 -> 188-200 ms after the key press (`benchmarks/dashboard.py --moves 24`,
+    three runs of each alternated, session 58)."""
+    import flask
+    from plotly.io.json import to_json_plotly
+
+    @app.server.route(app.config.routes_pathname_prefix + HEATMAP_PATH, methods=["POST"])
+    def replay_heatmap():
+        # encoded as Dash encodes a callback's answer (plotly's JSON: numpy arrays whole, by orjson)
+        answer = heatmap_after_paint(flask.request.get_json(silent=True))
+        return flask.Response(to_json_plotly(answer), mimetype="application/json")
+
+
+def heatmap_after_paint(painted) -> dict | None:
     """The lateness heatmap of a step draw() or pick_run() drew, asked for right after the frame that
-    paints its timeline (replay-framed; ``painted``: its [run, step, lane mode]), as {"key", "fig",
-    "style"}: the page hands it to Plotly if the timeline in front still holds that step. A step
-    shown from the page's copy (a 4th item, its files_version: draw_ahead) came with its heatmap,
-    and gets nothing here."""
-    no = dash.no_update
+    paints its timeline (HEATMAP_PATH; ``painted``: its [run, step, lane mode]), as {"key", "fig",
+    "style"}: the page hands it to Plotly if the timeline in front still holds that step. None where
+    the step shows no heatmap, or ``painted`` is not such a key: a step shown from the page's copy (a
+    4th item, its files_version: draw_ahead) came with its heatmap."""
     if not isinstance(painted, list) or len(painted) != 3 or not painted[0] or not isinstance(painted[1], int):
-        return no
+        return None
     try:
         fig = _HEATMAPS.take(painted, lambda: heatmap_of(*painted))
     except Exception:          # draw() has shown why as an error card, or the next draw will
         fig = None
     finally:
         _HEATMAPS.answered(painted)       # draw_ahead waits for this (replay_heatmap)
-    return no if fig is None else {"key": painted, "fig": fig, "style": {}}
+    return None if fig is None else {"key": painted, "fig": fig, "style": {}}
 
 
 def heatmap_of(name, step, mode, run=None) -> dict | None:

@@ -99,6 +99,9 @@ dash.clientside_callback(
 )
 
 
+HEATMAP_PATH = "_syncviz/replay-heatmap"    # the heatmap's route (replay.add_routes)
+
+
 # replay-drawn once the browser has painted it: when it is idle after the animation frame that
 # paints the timeline holding that step (style, layout and paint run in the frame); replay.draw_ahead
 # and replay.heatmap_after_paint wait for it. Why: on two cores the server's draw of the
@@ -133,9 +136,22 @@ dash.clientside_callback(
             // before (benchmarks/dashboard.py --moves 24 on the 10^8-event runs, alternated).
             // Asking with the step itself (at the key press) made it no sooner: its answer then
             // lands while the page handles the timeline's, whose paint came later.
+            // Asked of a plain route (replay.add_routes), its answer handed to the heatmap's graph
+            // here. As a Dash callback (until session 58) it came back through a store and a second
+            // browser-side callback: from the timeline painted to its heatmap painted 78-80 ms, now
+            // 54-59 ms (10^8-event DDP run, three alternated pairs of benchmarks/dashboard.py runs).
             const framed = function () {
                 setTimeout(function () {
-                    if (!superseded()) { dash_clientside.set_props("replay-framed", {data: drawn}); }
+                    if (superseded()) { return; }
+                    const cfg = JSON.parse((document.getElementById("_dash-config") || {}).textContent || "{}");
+                    fetch((cfg.requests_pathname_prefix || "/") + __HEATMAP_PATH__, {
+                        method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(drawn),
+                    }).then(r => r.ok ? r.json() : null).then(function (late) {
+                        if (late && late.fig && holds(late.key)) {    // the step is still in front
+                            dash_clientside.set_props("replay-lateness", {figure: late.fig});
+                            dash_clientside.set_props("replay-lateness-box", {style: late.style});
+                        }
+                    }).catch(function () {});   // the server gone: the next step change tells
                 }, 0);
             };
             const wait = function () {
@@ -153,25 +169,8 @@ dash.clientside_callback(
             wait();
         });
     }
-    """,
+    """.replace("__HEATMAP_PATH__", json.dumps(HEATMAP_PATH)),
     Output("replay-painted", "data"), Input("replay-drawn", "data"), prevent_initial_call=True,
-)
-
-
-# The heatmap replay.heatmap_after_paint sent for a step, into its graph if the timeline in front
-# still holds that step (not moved on meanwhile; a step shown from the page's copy brings its own).
-dash.clientside_callback(
-    """
-    function(late) {
-        const no = dash_clientside.no_update;
-        const gd = document.querySelector(".timeline.front .js-plotly-plot");
-        const k = gd && gd.layout && gd.layout.meta && gd.layout.meta.key;
-        const mine = late && Array.isArray(late.key) && Array.isArray(k) && [0, 1, 2].every(i => k[i] === late.key[i]);
-        return mine ? [late.fig, late.style] : [no, no];
-    }
-    """,
-    Output("replay-lateness", "figure", allow_duplicate=True), Output("replay-lateness-box", "style", allow_duplicate=True),
-    Input("replay-late", "data"), prevent_initial_call=True,
 )
 
 
