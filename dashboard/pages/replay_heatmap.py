@@ -46,7 +46,7 @@ class _Ahead:
 
 
 class HeatmapsAhead:
-    """Heatmap figures by key ([run, step, lane mode], as the page's replay-framed holds it)."""
+    """Heatmap figures by key ([run, step, lane mode], as the page asks the heatmap route for it: replay.add_routes)."""
 
     def __init__(self):
         self._ahead: OrderedDict[tuple, _Ahead] = OrderedDict()
